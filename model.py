@@ -1,0 +1,265 @@
+"""
+One compact GPT-2-style decoder, shared by every stage and every paper in this project.
+GPT-2 (Radford et al. 2019) in the nanoGPT formulation, plus two hooks the papers need:
+a per-layer residual-scale buffer (ProRes, arXiv 2603.05369, writes it) and a choice of
+norm placement (Pre-LN, Post-LN, Sandwich, DeepNorm, LayerNorm-Scaling).
+
+This file imports nothing else of ours: it knows no training loop, corpus, ProRes or MIR.
+Parameter names are stable so that transfer.py can copy them by group (see `group_of`).
+"""
+
+import inspect
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+NORMS = ("pre", "post", "sandwich", "deepnorm", "lns")
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0, "n_embd must be divisible by n_head"
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # q, k, v
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.dropout = config.dropout
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """One transformer layer. `alpha` is this layer's residual scale (a 0-dim tensor).
+
+    Where each placement puts the norm and the scale (PAPERS.md section 4):
+        pre       x = x + alpha * F(LN(x))                   (GPT-2; the default)
+        post      x = LN(x + alpha * F(x))                   (original Transformer)
+        sandwich  x = x + alpha * LN'(F(LN(x)))              (an extra norm on each branch output)
+        deepnorm  x = LN(k * x + alpha * F(x)),  k = (2L)^(1/4)
+        lns       pre-LN whose norm weights start at 1/sqrt(i + 1), i = 0-based layer index
+    The same alpha multiplies the attention branch and the MLP branch.
+    """
+
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.norm = config.norm
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+        if self.norm == "sandwich":  # the norms on the branch outputs
+            self.ln_1_out = LayerNorm(config.n_embd, bias=config.bias)
+            self.ln_2_out = LayerNorm(config.n_embd, bias=config.bias)
+        self.deepnorm_k = (2 * config.n_layer) ** 0.25 if self.norm == "deepnorm" else 1.0
+        self.lns_init = 1.0 / math.sqrt(layer_idx + 1) if self.norm == "lns" else 1.0
+
+    def forward(self, x, alpha):
+        if self.norm in ("pre", "lns"):
+            x = x + alpha * self.attn(self.ln_1(x))
+            x = x + alpha * self.mlp(self.ln_2(x))
+        elif self.norm == "post":
+            x = self.ln_1(x + alpha * self.attn(x))
+            x = self.ln_2(x + alpha * self.mlp(x))
+        elif self.norm == "sandwich":
+            x = x + alpha * self.ln_1_out(self.attn(self.ln_1(x)))
+            x = x + alpha * self.ln_2_out(self.mlp(self.ln_2(x)))
+        else:  # deepnorm
+            x = self.ln_1(self.deepnorm_k * x + alpha * self.attn(x))
+            x = self.ln_2(self.deepnorm_k * x + alpha * self.mlp(x))
+        return x
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 256
+    vocab_size: int = 50257
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 64
+    dropout: float = 0.0
+    bias: bool = True      # biases in Linears and LayerNorms, like GPT-2
+    tie_weights: bool = True  # LM head shares the token-embedding matrix, like GPT-2
+    norm: str = "pre"      # one of NORMS
+
+
+# Parameter groups, by name, for selective transfer (PAPERS.md section 1). The order matters:
+# the first pattern a name contains wins.
+GROUPS = {
+    "embed": ("transformer.wte.",),
+    "pos": ("transformer.wpe.",),
+    "head": ("lm_head.",),
+    "attn": (".attn.",),
+    "mlp": (".mlp.",),
+    "norm": (".ln_", "transformer.ln_f."),
+}
+
+
+def group_of(name):
+    """The group ('embed', 'pos', 'head', 'attn', 'mlp' or 'norm') a parameter name belongs to."""
+    for group, patterns in GROUPS.items():
+        if any(p in name for p in patterns):
+            return group
+    raise KeyError(f"parameter {name!r} belongs to no group; groups are {list(GROUPS)}")
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        if config.norm not in NORMS:
+            raise ValueError(f"unknown norm placement {config.norm!r}; choose one of {NORMS}")
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
+            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.transformer.wte.weight
+        # alpha(l) for l = 1..L, multiplying both residual branches of block l. Ones = plain GPT.
+        # ProRes writes it in place every step; a buffer (not a Python float) keeps
+        # torch.compile from recompiling when the values change.
+        self.register_buffer("residual_scale", torch.ones(config.n_layer))
+        self.apply(self._init_weights)
+        # GPT-2: scale the init of the projections into the residual stream by 1/sqrt(2L)
+        for pn, p in self.named_parameters():
+            if pn.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        if config.norm == "lns":
+            for block in self.transformer.h:
+                for m in block.modules():
+                    if isinstance(m, LayerNorm):
+                        m.weight.data.fill_(block.lns_init)
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def get_num_params(self, non_embedding=True):
+        """Parameter count; by default without the token and position embeddings (the papers'
+        "non-embedding parameters"). A tied head counts once, as the embedding; an untied
+        head counts as a non-embedding matrix."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wte.weight.numel() + self.transformer.wpe.weight.numel()
+        return n
+
+    def forward(self, idx, targets=None, loss_mask=None):
+        """idx, targets: (B, T) token ids; loss_mask: (B, T), 1 where a target counts.
+
+        Returns (logits, loss). With targets, logits is None: the loss is computed from the
+        final hidden states without holding the full (B, T, vocab) logits. Without targets,
+        logits are (B, T, vocab) and loss is None.
+        """
+        B, T = idx.size()
+        assert T <= self.config.block_size, f"sequence of {T} > block_size {self.config.block_size}"
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for i, block in enumerate(self.transformer.h):
+            x = block(x, self.residual_scale[i])
+        x = self.transformer.ln_f(x)  # (B, T, C)
+        if targets is None:
+            return self.lm_head(x), None
+        if loss_mask is not None:
+            targets = targets.masked_fill(loss_mask == 0, -1)
+        loss = head_cross_entropy(x.view(B * T, -1), self.lm_head.weight, targets.reshape(-1))
+        return None, loss
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW with weight decay on the matrices of attention, MLP and an untied head only;
+        never on embeddings, norms or biases (PAPERS.md section 3: the strong-decay baseline)."""
+        decay, no_decay = [], []
+        seen = set()
+        for name, p in self.named_parameters():  # a tied head appears once, as wte
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            is_matrix = p.dim() >= 2 and group_of(name) in ("attn", "mlp", "head")
+            (decay if is_matrix else no_decay).append(p)
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+
+    def flops_per_token(self, T=None):
+        """Training FLOPs per token (forward + backward): 6 per weight it multiplies (the
+        non-embedding weights plus the LM head, which dominates at small width and a 50k
+        vocabulary) + 6 * L * T * d for attention scores and values (PaLM, appendix B)."""
+        cfg = self.config
+        T = cfg.block_size if T is None else T
+        n = self.get_num_params(non_embedding=True)
+        if cfg.tie_weights:
+            n += self.lm_head.weight.numel()
+        return 6 * n + 6 * cfg.n_layer * T * cfg.n_embd
+
+    def estimate_mfu(self, tokens_per_second, peak_flops, T=None):
+        """Model FLOPs utilisation: achieved training FLOP/s over the device's peak FLOP/s."""
+        return self.flops_per_token(T) * tokens_per_second / peak_flops
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        """Sample max_new_tokens continuations of idx (B, T), one token at a time."""
+        for _ in range(max_new_tokens):
+            idx_cond = idx[:, -self.config.block_size:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            probs = F.softmax(logits, dim=-1)
+            idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
+        return idx
+
+
+def head_cross_entropy(h, weight, targets):
+    """Mean next-token cross-entropy of logits h @ weight.T against targets (-1 = no loss).
+
+    The standard formulation; issue 5 replaces it with a chunked, fused one.
+    """
+    logits = h @ weight.t()
+    return F.cross_entropy(logits.float(), targets, ignore_index=-1)

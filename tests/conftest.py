@@ -1,0 +1,49 @@
+"""Shared fixtures: small corpora made on the spot (tests never touch the network or the
+user's cache)."""
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WORDS = ("the river runs under a quiet hill where old songs of the morning wake and "
+         "every small light of the town turns toward the sea while winds carry rain").split()
+
+
+def write_paragraphs(folder, n_paragraphs=60, seed=0):
+    """A folder with two .txt files of short English-like paragraphs."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(2):
+        paras = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 40))).capitalize() + "."
+                 for _ in range(n_paragraphs // 2)]
+        (folder / f"part{f}.txt").write_text("\n\n".join(paras))
+    return folder
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A fresh, empty cache folder for prepared corpora."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("PRELUDE_CACHE", str(d))
+    return d
+
+
+@pytest.fixture
+def text_dir(tmp_path):
+    return write_paragraphs(tmp_path / "texts")
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+    import socket
+
+    def refuse(*a, **k):
+        raise AssertionError("a test tried to reach the network")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)

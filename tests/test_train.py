@@ -1,0 +1,142 @@
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import train
+from conftest import ROOT
+
+TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "4", "--eval-iters", "2", "--log-interval", "1", "--no-progress",
+        "--warmup-iters", "2", "--threads", "1"]
+
+
+def losses(out):
+    """{(stage_index, iter): train loss}, the last record of each step (a resumed run re-logs)."""
+    res = {}
+    for line in open(out / "metrics.jsonl"):
+        e = json.loads(line)
+        if e["event"] == "train":
+            res[(e["stage_index"], e["iter"])] = e["loss"]
+    return res
+
+
+def test_two_stages_write_summary_checkpoints_and_plot(cache, text_dir, tmp_path):
+    out = tmp_path / "run"
+    summary = train.run(train.parse_args(
+        ["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "6", "--eval-interval", "3",
+         "--out", str(out)] + TINY + ["--lr", "1e-2"]))
+    assert [s["iters"] for s in summary["stages"]] == [6, 6]
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert len(on_disk["stages"]) == 2
+    for s in on_disk["stages"]:
+        assert s["vocab_size"] == 50257 and s["tokens"] == 6 * 4 * 16
+        assert math.isclose(s["val_ppl"], math.exp(s["val_loss"]))
+        assert s["val_loss"] < math.log(50257)
+    assert (out / "loss.png").stat().st_size > 1000
+    stage_files = sorted(out.glob("stage*.pt"))
+    assert len(stage_files) == 2
+    ck = torch.load(stage_files[0], weights_only=True)
+    assert ck["model_config"]["vocab_size"] == 50257
+    # stage 2 started from stage 1's weights: its first loss is near stage 1's last, far below
+    # a fresh model's first
+    seen = losses(out)
+    assert seen[(1, 1)] < seen[(0, 6)] + 0.05 < seen[(0, 1)] - 0.2
+
+
+def test_budget_in_tokens_and_epochs(cache, text_dir, tmp_path):
+    args = train.parse_args(["--stages", f"text:{text_dir}", "--tokens", "200", "--out", str(tmp_path / "a")] + TINY)
+    assert train.run(args)["stages"][0]["iters"] == math.ceil(200 / 64)
+    args = train.parse_args(["--stages", f"text:{text_dir}", "--epochs", "0.5", "--out", str(tmp_path / "b")] + TINY)
+    s = train.run(args)["stages"][0]
+    assert s["tokens"] >= 0.5 * json.loads((tmp_path / "b" / "summary.json").read_text())["stages"][0]["tokens"] / 2
+
+
+def test_unknown_stage_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(["--stages", "poetry,prosee"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "prosee" in err and "Valid stages" in err and "wiki-leads" in err
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cache, text_dir, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    forward = train.GPT.forward
+    calls = {"n": 0}
+
+    def poisoned(self, idx, targets=None, loss_mask=None):
+        logits, loss = forward(self, idx, targets, loss_mask)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] > 5:
+                loss = loss * float("nan")
+        return logits, loss
+    monkeypatch.setattr(train.GPT, "forward", poisoned)
+    args = train.parse_args(["--stages", f"text:{text_dir}", "--iters", "10", "--eval-interval", "2",
+                             "--out", str(out)] + TINY)
+    with pytest.raises(train.TrainingDiverged, match="nan.*step 5.*--resume"):
+        train.run(args)
+    ck = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ck["iter"] == 4 and all(torch.isfinite(v).all() for v in ck["model"].values())
+
+
+def _cmd(*args):
+    return [sys.executable, str(ROOT / "train.py"), *args]
+
+
+def test_killed_run_resumes_exactly(cache, text_dir, tmp_path):
+    """SIGKILL a run mid-way (in its second stage), resume it, and compare every step's loss
+    with an uninterrupted run: same data order, same losses (CPU, bit-for-bit up to printing)."""
+    env = dict(os.environ, PRELUDE_CACHE=str(cache))
+    common = ["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "8", "--eval-interval", "2"] + TINY
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    subprocess.run(_cmd(*common, "--out", str(full)), env=env, check=True, capture_output=True)
+    proc = subprocess.Popen(_cmd(*common, "--out", str(cut)), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # kill once stage 2 has written a checkpoint
+        if (cut / "metrics.jsonl").exists() and any(
+                json.loads(l).get("event") == "eval" and json.loads(l)["stage_index"] == 1
+                for l in open(cut / "metrics.jsonl")):
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (cut / "summary.json").exists(), "the run finished before it could be killed"
+    subprocess.run(_cmd(*common, "--out", str(cut), "--resume"), env=env, check=True, capture_output=True)
+    a, b = losses(full), losses(cut)
+    assert a.keys() == b.keys() and len(a) == 16
+    for k in a:
+        assert a[k] == pytest.approx(b[k], rel=1e-6, abs=1e-7), k
+    sa = json.loads((full / "summary.json").read_text())["stages"]
+    sb = json.loads((cut / "summary.json").read_text())["stages"]
+    assert [s["val_loss"] for s in sa] == pytest.approx([s["val_loss"] for s in sb], rel=1e-6)
+
+
+def test_ddp_two_processes_match_one_at_the_same_global_batch(cache, text_dir, tmp_path):
+    """torchrun with 2 CPU processes (gloo), batch 2 each, against 1 process with batch 4: the
+    same global batches, gradients averaged by DDP. Tolerance: 1e-4 relative on every step's
+    loss (float32 all-reduce sums in a different order than one process does)."""
+    env = dict(os.environ, PRELUDE_CACHE=str(cache), OMP_NUM_THREADS="1")
+    common = ["--stages", f"text:{text_dir}", "--iters", "6", "--eval-interval", "3"] + TINY
+    common = [a for a in common]  # batch size set below
+    i = common.index("--batch-size")
+    one, two = list(common), list(common)
+    one[i + 1], two[i + 1] = "4", "2"
+    data_first = subprocess.run(_cmd(*one, "--out", str(tmp_path / "one")), env=env, capture_output=True, text=True)
+    assert data_first.returncode == 0, data_first.stderr[-2000:]
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          str(ROOT / "train.py"), *two, "--out", str(tmp_path / "two")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert a.keys() == b.keys() and len(a) == 6
+    for k in a:
+        assert a[k] == pytest.approx(b[k], rel=1e-4), k
