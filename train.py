@@ -28,6 +28,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import data
+import prores
+import transfer
 from data.common import atomic_write_bytes
 from model import GPT, GPTConfig, NORMS
 
@@ -73,6 +75,25 @@ def parse_args(argv=None):
     g.add_argument("--norm", default="pre", choices=NORMS,
                    help="norm placement: pre (GPT-2), post, sandwich, deepnorm, lns (LayerNorm-Scaling)")
 
+    g = p.add_argument_group("weight transfer between stages (transfer.py)")
+    g.add_argument("--transfer", default=None,
+                   help="groups copied into each stage from the previous one, e.g. attn | mlp | attn,norm | all "
+                        "(default: all when the vocabularies match, else attn,mlp,norm,pos: fresh embedding and head)")
+    g.add_argument("--init-from", default=None,
+                   help="start the first stage from this checkpoint (a stage*.pt or ckpt.pt), same rules")
+
+    g = p.add_argument_group("ProRes: progressive residual warmup (arXiv 2603.05369, prores.py)")
+    g.add_argument("--prores", action="store_true",
+                   help="scale block l's residual branches by alpha(l, t) = min(t / (T*l), 1)")
+    g.add_argument("--prores-T", default="auto",
+                   help="steps per layer; 'auto' = stage steps / (2 * n_layer), so the deepest layer is "
+                        "fully on half-way through the stage (the paper uses T=1000 on long runs)")
+    g.add_argument("--prores-schedule", default="linear",
+                   help="linear | equal | reverse | sqrt | square | stagewise | fixed-1/L | fixed-1/sqrt(L) | fixed-1/sqrt(l)")
+    g.add_argument("--prores-scope", default="stage", choices=("stage", "run"),
+                   help="stage: the warmup restarts at every stage (each stage is a new model with new "
+                        "embeddings and a new lr schedule); run: one warmup over the whole curriculum")
+
     g = p.add_argument_group("optimization")
     g.add_argument("--batch-size", type=int, default=16, help="sequences per micro-batch per process (default: %(default)s)")
     g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: %(default)s)")
@@ -110,6 +131,18 @@ def parse_args(argv=None):
             data.check_name(name)
         except ValueError as e:
             p.error(str(e))
+    if args.transfer is not None:
+        try:
+            transfer.parse_groups(args.transfer)
+        except ValueError as e:
+            p.error(f"--transfer: {e}")
+    if args.prores_schedule not in prores.SCHEDULES:
+        p.error(f"--prores-schedule {args.prores_schedule!r}: choose one of {', '.join(prores.SCHEDULES)}")
+    if args.prores_T != "auto":
+        try:
+            args.prores_T = int(args.prores_T)
+        except ValueError:
+            p.error("--prores-T takes a whole number of steps or 'auto'")
     if args.iters is None and args.epochs is None and args.tokens is None:
         args.iters = 200
     return args
@@ -253,7 +286,7 @@ def run(args):
     if not args.resume and master:
         (out / "metrics.jsonl").unlink(missing_ok=True)
     summaries = list(resume["summaries"]) if resume else []
-    prev_state = None  # the previous stage's weights, handed to the next stage
+    prev_state = load_checkpoint(args.init_from)["model"] if args.init_from else None
     if resume is not None and resume["stage_index"] > 0:
         prev_state = load_checkpoint(stage_file(out, resume["stage_index"] - 1, stages[resume["stage_index"] - 1]))["model"]
     t_start = time.time()
@@ -280,8 +313,14 @@ def run(args):
                         bias=not args.no_bias, tie_weights=not args.no_tie, norm=args.norm)
         torch.manual_seed(args.seed + si)
         model = GPT(cfg)
-        if prev_state is not None:
-            load_state_checked(model, prev_state)  # same vocabulary: every weight carries over
+        if prev_state is not None:  # the previous stage's (or --init-from's) weights
+            src_vocab = prev_state["transformer.wte.weight"].shape[0]
+            groups = transfer.parse_groups(args.transfer) if args.transfer else \
+                transfer.default_groups(src_vocab, corpus.vocab_size)
+            report = transfer.transfer(prev_state, model, groups)
+            if master:
+                print(f"transfer {src_vocab} -> {corpus.vocab_size} vocab: copied {', '.join(report['groups'])} "
+                      f"({len(report['copied'])} tensors), fresh: {len(report['skipped'])} tensors")
         model.to(device)
         optimizer = model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), device.type)
         scaler = torch.amp.GradScaler(device.type, enabled=ptdtype == torch.float16)
@@ -302,6 +341,11 @@ def run(args):
             torch.set_rng_state(resume["rng"])
             it0 = resume["iter"]
             resume = None
+        hook = None
+        if args.prores:
+            T = args.prores_T if args.prores_T != "auto" else max(1, round(iters / (2 * args.n_layer)))
+            hook = prores.ProRes(model, T, args.prores_schedule)
+        step_offset = sum(s["iters"] for s in summaries) if args.prores_scope == "run" else 0
         fwd = torch.compile(model) if args.compile else model
         if world > 1:
             fwd = DDP(fwd, device_ids=[local_rank] if device.type == "cuda" else None)
@@ -342,6 +386,8 @@ def run(args):
             lr = lr_at(it, iters, args)
             for group in optimizer.param_groups:
                 group["lr"] = lr
+            if hook is not None:
+                hook.update(step_offset + it)  # alpha(l, t), t = updates done so far
             loss_sum = 0.0
             for micro in range(args.grad_accum):
                 x, y, m = get_batch(corpus, "train", args.batch_size, args.block_size,
@@ -358,9 +404,8 @@ def run(args):
                     f"the training loss became {loss_sum} at stage {name!r}, step {it}. The last good "
                     f"checkpoint is {ckpt_path} (kept unchanged). Lower --lr, raise --warmup-iters, "
                     f"or use --grad-clip; then rerun with --resume.")
-            if args.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            scaler.unscale_(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip or float("inf")).item()
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -369,7 +414,7 @@ def run(args):
             done = it + 1
             if done % args.log_interval == 0 or done == iters:
                 dt = time.time() - t0
-                emit(event="train", stage=name, stage_index=si, iter=done, loss=loss_sum, lr=lr,
+                emit(event="train", stage=name, stage_index=si, iter=done, loss=loss_sum, lr=lr, grad_norm=grad_norm,
                      tok_s=tokens_per_iter * args.log_interval / max(dt, 1e-9))
                 t0 = time.time()
             if done % args.eval_interval == 0 or done == iters:
