@@ -1,0 +1,134 @@
+"""
+ProRes: progressive residual warmup, the alpha(l, t) schedules and the hook that writes them.
+Chen et al., arXiv 2603.05369, eq. alpha(l, t) = min(t / (T * l), 1) (PAPERS.md section 4).
+
+Each block l = 1..L (1 = closest to the input) scales both of its residual branches by
+alpha(l, t), t = optimizer updates done so far (0 before the first update), e.g. Pre-LN:
+    x_{l+1} = x_l + alpha(l, t) * F(Norm(x_l))
+so at t = 0 the network is the identity from the embeddings to the final norm; the shallow
+layers switch on first. The model holds alpha in one buffer, `GPT.residual_scale` (shape
+(L,), default ones); this module only writes it, IN PLACE, so a torch.compile'd model keeps
+its graph (the buffer is a graph input, its values are data, not constants).
+
+    hook = ProRes(model, T=1000)     # model may be wrapped in DDP and/or torch.compile
+    for step in range(iters):
+        hook.update(step)            # before the forward pass of update `step`
+        ...forward, backward, optimizer.step()
+
+Once every layer has reached its final value the hook stops touching the model (`done`).
+"""
+
+import math
+
+import torch
+
+WARMUPS = ("linear", "equal", "reverse", "sqrt", "square", "stagewise")
+FIXED = ("fixed-1/L", "fixed-1/sqrt(L)", "fixed-1/sqrt(l)")
+SCHEDULES = WARMUPS + FIXED
+
+
+def _check(schedule, T):
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown ProRes schedule {schedule!r}; choose one of {SCHEDULES}")
+    if schedule in WARMUPS and not (T is not None and T > 0):
+        raise ValueError(f"ProRes schedule {schedule!r} needs T > 0 (steps per layer), got {T!r}")
+
+
+def alpha(step, n_layer, T, schedule="linear"):
+    """The residual scales at update step t = `step`: a float32 tensor of shape (n_layer,)
+    whose entry l-1 is alpha(l, t) for layer l = 1..L (L = n_layer).
+
+    The paper's schedule (arXiv 2603.05369):
+        linear      alpha(l, t) = min(t / (T * l), 1)         layer l is fully on after T*l steps
+    The variants of the authors' code (all clipped to [0, 1]):
+        equal       alpha(l, t) = min(t / (T * L), 1)          every layer ramps together
+        reverse     alpha(l, t) = min(t / (T * (L - l + 1)), 1)  deepest layer first
+        sqrt        alpha(l, t) = min((t / W_l)^(1/2), 1),  W_l = T * l
+        square      alpha(l, t) = min((t / W_l)^2, 1),      W_l = T * l
+        stagewise   alpha(l, t) = clip((t - (l - 1) * T) / T, 0, 1)   layer l ramps only
+                                                          inside its own window [(l-1)T, lT]
+        fixed-1/L        alpha(l, t) = 1 / L               constants: T is ignored
+        fixed-1/sqrt(L)  alpha(l, t) = 1 / sqrt(L)
+        fixed-1/sqrt(l)  alpha(l, t) = 1 / sqrt(l)
+    Every warmup schedule is 0 for every layer at t = 0 and 1 for every layer from
+    t = T * L on (see `ramp_steps`).
+    """
+    _check(schedule, T)
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    L, t = n_layer, float(step)
+    l = torch.arange(1, L + 1, dtype=torch.float64)  # (L,) layer numbers 1..L
+    if schedule == "linear":
+        a = t / (T * l)
+    elif schedule == "equal":
+        a = torch.full_like(l, t / (T * L))
+    elif schedule == "reverse":
+        a = t / (T * (L - l + 1))
+    elif schedule == "sqrt":
+        a = (t / (T * l)).sqrt()
+    elif schedule == "square":
+        a = (t / (T * l)) ** 2
+    elif schedule == "stagewise":
+        a = (t - (l - 1) * T) / T
+    elif schedule == "fixed-1/L":
+        a = torch.full_like(l, 1.0 / L)
+    elif schedule == "fixed-1/sqrt(L)":
+        a = torch.full_like(l, 1.0 / math.sqrt(L))
+    else:  # fixed-1/sqrt(l)
+        a = 1.0 / l.sqrt()
+    return a.clamp(0.0, 1.0).float()
+
+
+def ramp_steps(n_layer, T, schedule="linear"):
+    """The first step at which every layer has its final value: ceil(T * L) for every warmup
+    schedule (the last layer to switch on, l = L for linear/sqrt/square/stagewise, l = 1 for
+    reverse, all of them for equal, needs T * L steps); 0 for the fixed schedules."""
+    _check(schedule, T)
+    return 0 if schedule in FIXED else math.ceil(T * n_layer)
+
+
+def unwrap(model):
+    """The raw module under DDP (`.module`) and torch.compile (`._orig_mod`) wrappers."""
+    while True:
+        for attr in ("module", "_orig_mod"):
+            inner = getattr(model, attr, None)
+            if isinstance(inner, torch.nn.Module):
+                model = inner
+                break
+        else:
+            return model
+
+
+class ProRes:
+    """Writes alpha(l, step) into `model.residual_scale` in place before each update.
+
+    model: the GPT, raw or wrapped (DDP, torch.compile); T: steps per layer (the paper uses
+    1000, 500 for 96-120 layers); schedule: one of SCHEDULES. `update(step)` is a pure
+    function of the step, so a resumed run only has to call it with the resumed step.
+    """
+
+    def __init__(self, model, T, schedule="linear"):
+        _check(schedule, T)
+        self.model = unwrap(model)
+        if not isinstance(getattr(self.model, "residual_scale", None), torch.Tensor):
+            raise TypeError(f"{type(self.model).__name__} has no `residual_scale` buffer for ProRes to write")
+        self.T, self.schedule = T, schedule
+        self.n_layer = self.model.residual_scale.numel()
+        self.end = ramp_steps(self.n_layer, T, schedule)
+        self._done = False
+
+    @property
+    def done(self):
+        """True once the buffer holds its final values (all ones after a warmup; the constants
+        after the first write of a fixed schedule): from then on `update` does nothing."""
+        return self._done
+
+    @torch.no_grad()
+    def update(self, step):
+        """Write alpha(., step) into the model's buffer; returns False once `done`."""
+        if self._done:
+            return False
+        # look the buffer up each time: model.to(device) replaces it with a new tensor
+        self.model.residual_scale.copy_(alpha(step, self.n_layer, self.T, self.schedule))
+        self._done = step >= self.end
+        return True
