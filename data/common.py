@@ -165,3 +165,16 @@ def split_is_val(doc_key, val_percent):
     machine and every run, whatever the order or subset of documents."""
     import zlib
     return zlib.crc32(str(doc_key).encode()) % 10000 < int(round(val_percent * 100))
+
+
+def select_chunks(stream, chunk_len, n_chunks, seed):
+    """The data-volume control of the ladder paper (12k vs 36k chunks): cut the training
+    stream into non-overlapping chunks of chunk_len tokens (one training sequence each) and
+    keep n_chunks of them, chosen by seed, concatenated in their original order."""
+    available = len(stream) // chunk_len
+    if n_chunks > available:
+        raise ValueError(f"asked for {n_chunks:,} chunks of {chunk_len} tokens but the corpus has only "
+                         f"{available:,}; use more music (e.g. --music-composers all, or --music-dir with "
+                         "MAESTRO) or fewer chunks")
+    keep = np.sort(np.random.default_rng(seed).choice(available, size=n_chunks, replace=False))
+    return np.asarray(stream[:available * chunk_len]).reshape(available, chunk_len)[keep].reshape(-1)
