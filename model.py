@@ -4,8 +4,10 @@ GPT-2 (Radford et al. 2019) in the nanoGPT formulation, plus two hooks the paper
 a per-layer residual-scale buffer (ProRes, arXiv 2603.05369, writes it) and a choice of
 norm placement (Pre-LN, Post-LN, Sandwich, DeepNorm, LayerNorm-Scaling).
 
-This file imports nothing else of ours: it knows no training loop, corpus, ProRes or MIR.
-Parameter names are stable so that transfer.py can copy them by group (see `group_of`).
+It knows no training loop, corpus, ProRes or MIR; the only module of ours it uses is
+lm_loss.py, the fused chunked LM head + cross-entropy (a kernel, kept in its own file to be
+read on its own). Parameter names are stable so that transfer.py can copy them by group
+(see `group_of`).
 """
 
 import inspect
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+
+from lm_loss import linear_cross_entropy
 
 NORMS = ("pre", "post", "sandwich", "deepnorm", "lns")
 
@@ -118,6 +122,7 @@ class GPTConfig:
     bias: bool = True      # biases in Linears and LayerNorms, like GPT-2
     tie_weights: bool = True  # LM head shares the token-embedding matrix, like GPT-2
     norm: str = "pre"      # one of NORMS
+    loss_impl: str = "fused"  # "fused": chunked head + CE (lm_loss.py); "standard": full logits
 
 
 # Parameter groups, by name, for selective transfer (PAPERS.md section 1). The order matters:
@@ -207,8 +212,8 @@ class GPT(nn.Module):
             return self.lm_head(x), None
         if loss_mask is not None:
             targets = targets.masked_fill(loss_mask == 0, -1)
-        loss = head_cross_entropy(x.view(B * T, -1), self.lm_head.weight, targets.reshape(-1))
-        return None, loss
+        loss_fn = linear_cross_entropy if self.config.loss_impl == "fused" else standard_cross_entropy
+        return None, loss_fn(x.view(B * T, -1), self.lm_head.weight, targets.reshape(-1))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW with weight decay on the matrices of attention, MLP and an untied head only;
@@ -256,10 +261,9 @@ class GPT(nn.Module):
         return idx
 
 
-def head_cross_entropy(h, weight, targets):
-    """Mean next-token cross-entropy of logits h @ weight.T against targets (-1 = no loss).
-
-    The standard formulation; issue 5 replaces it with a chunked, fused one.
-    """
+def standard_cross_entropy(h, weight, targets):
+    """Mean next-token cross-entropy of logits h @ weight.T against targets (-1 = no loss):
+    the standard (nanoGPT) formulation with the full (N, vocab) logits. The baseline that
+    bench.py times lm_loss.linear_cross_entropy against; equal loss and gradients."""
     logits = h @ weight.t()
     return F.cross_entropy(logits.float(), targets, ignore_index=-1)

@@ -132,8 +132,10 @@ def parse_args(argv=None):
 
     g = p.add_argument_group("hardware")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
-    g.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
-                   help="autocast dtype; float16 uses a GradScaler (default: %(default)s)")
+    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="autocast dtype; float16 uses a GradScaler. auto (default): bfloat16 on a GPU that "
+                        "supports it and on CPUs with native bf16 instructions (avx512_bf16/amx_bf16), "
+                        "else float32")
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = cores / processes)")
     args = p.parse_args(argv)
@@ -263,6 +265,19 @@ def setup_distributed(args):
     return rank, world, local_rank, device
 
 
+def resolve_dtype(name, device):
+    """--dtype auto -> bfloat16 where the hardware runs it natively, else float32."""
+    if name != "auto":
+        return name
+    if device.type == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+
+
 def all_mean(x, world):
     """Mean of a python float over the processes."""
     if world == 1:
@@ -280,7 +295,8 @@ def run(args):
         out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    dtype = resolve_dtype(args.dtype, device)
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     amp = nullcontext() if ptdtype == torch.float32 else torch.autocast(device.type, dtype=ptdtype)
     stages = args.stages.split(",")
     data_opts = dict(cache_dir=args.cache_dir, prose=args.prose, poetry_file=args.poetry_file,
@@ -366,7 +382,7 @@ def run(args):
         if master:
             print(f"\n== stage {si + 1}/{len(stages)}: {name} | vocab {corpus.vocab_size} | "
                   f"train {len(corpus.train):,} tokens, val {len(corpus.val):,} | {iters} steps of "
-                  f"{tokens_per_iter:,} tokens | {model.get_num_params():,} non-embedding params")
+                  f"{tokens_per_iter:,} tokens | {model.get_num_params():,} non-embedding params | {device} {dtype}")
 
         @torch.no_grad()
         def evaluate():

@@ -103,3 +103,21 @@ def test_generate_extends_the_context():
     m = tiny()
     out = m.generate(torch.zeros(1, 3, dtype=torch.long), 20, top_k=5)
     assert out.shape == (1, 23) and int(out.max()) < 97
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_fused_loss_equals_the_standard_formulation_in_the_model(tie):
+    torch.manual_seed(0)
+    m = tiny(tie_weights=tie)
+    idx, tgt = torch.randint(0, 97, (3, 16)), torch.randint(0, 97, (3, 16))
+    mask = (torch.rand(3, 16) > 0.3).long()
+    res = {}
+    for impl in ("standard", "fused"):
+        m.config.loss_impl = impl
+        m.zero_grad()
+        _, loss = m(idx, tgt, mask)
+        loss.backward()
+        res[impl] = (loss.item(), {n: p.grad.clone() for n, p in m.named_parameters()})
+    assert res["fused"][0] == pytest.approx(res["standard"][0], rel=1e-6)
+    for n, g in res["standard"][1].items():
+        assert torch.allclose(res["fused"][1][n], g, rtol=1e-5, atol=1e-7), n

@@ -1,0 +1,223 @@
+"""
+Training-step speed of our GPT against the standard formulation, measured in one process.
+
+For each named shape, the same model and the same batch are timed through a full training
+step (forward, backward, AdamW) with the standard formulation (full logits, then
+F.cross_entropy, fp32: nanoGPT's) and with ours (the fused chunked head + loss of lm_loss.py,
+in fp32 and in bf16 autocast). Rounds are interleaved and the minimum is kept, because this
+machine is shared and noisy. Also: tokens/s, ms/step, MFU against a matmul peak measured here,
+peak memory of a step (Linux: VmHWM after resetting it), agreement of loss and gradients, and
+data-preparation throughput (GPT-2 BPE via tiktoken; MIDI files via mido).
+
+    python bench.py                 # every shape; the last line is speedup_vs_full_logits=...
+    python bench.py --shapes d64 --rounds 2
+"""
+
+import argparse
+import os
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from model import GPT, GPTConfig
+
+SHAPES = {  # name: (vocab, n_layer, n_head, n_embd, batch, block)
+    "d16": (50257, 4, 4, 16, 32, 256),
+    "d32": (50257, 4, 4, 32, 32, 256),
+    "d64": (50257, 4, 4, 64, 32, 256),
+    "music-d64": (160, 4, 4, 64, 32, 256),
+    "d256": (50257, 4, 4, 256, 32, 256),
+}
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(dtype, device, n=2048, reps=5):
+    """Achieved FLOP/s of a square matmul: the peak MFU is measured against."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        sync(device)
+        t = time.perf_counter()
+        a @ b
+        sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def _status_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1])
+    return None
+
+
+def peak_memory_of(fn, device):
+    """Peak extra memory (MiB) while fn runs: CUDA's allocator peak, or on Linux the resident
+    high-water mark (VmHWM, reset through /proc/self/clear_refs) above the resident size before."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn()
+        return (torch.cuda.max_memory_allocated() - before) / 2 ** 20
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        before = _status_kib("VmRSS:")
+        fn()
+        return (_status_kib("VmHWM:") - before) / 1024
+    except OSError:
+        fn()
+        return float("nan")
+
+
+class Variant:
+    """One way to run a training step on a model: loss implementation x autocast dtype."""
+
+    def __init__(self, name, loss_impl, dtype):
+        self.name, self.loss_impl, self.dtype = name, loss_impl, dtype
+
+    def step(self, model, opt, x, y, device):
+        model.config.loss_impl = self.loss_impl
+        amp = nullcontext() if self.dtype == torch.float32 else torch.autocast(device.type, dtype=self.dtype)
+        with amp:
+            _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+def bench_shape(name, device, variants, rounds, peaks):
+    vocab, n_layer, n_head, n_embd, B, T = SHAPES[name]
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=T, vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_embd=n_embd)).to(device)
+    opt = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), device.type)
+    x = torch.randint(0, vocab, (B, T), device=device)
+    y = torch.randint(0, vocab, (B, T), device=device)
+    best = {v.name: float("inf") for v in variants}
+    mem = {}
+    for v in variants:  # warm up each path once, and measure its peak memory
+        mem[v.name] = peak_memory_of(lambda: v.step(model, opt, x, y, device), device)
+    for _ in range(rounds):  # interleaved rounds: every variant sees the same machine load
+        for v in variants:
+            sync(device)
+            t = time.perf_counter()
+            v.step(model, opt, x, y, device)
+            sync(device)
+            best[v.name] = min(best[v.name], time.perf_counter() - t)
+    base = best[variants[0].name]
+    rows = []
+    for v in variants:
+        tok_s = B * T / best[v.name]
+        mfu = model.estimate_mfu(tok_s, peaks[v.dtype], T)
+        rows.append((name, v.name, best[v.name] * 1000, tok_s, mfu, mem[v.name], base / best[v.name]))
+    return rows
+
+
+def check_agreement(device):
+    """Loss and gradients of ours against the standard formulation on one d64 batch:
+    max relative error of the loss and of every gradient tensor (fp32 and bf16)."""
+    vocab, n_layer, n_head, n_embd, B, T = SHAPES["d64"]
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=T, vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_embd=n_embd)).to(device)
+    x = torch.randint(0, vocab, (8, T), device=device)
+    y = torch.randint(0, vocab, (8, T), device=device)
+
+    def loss_and_grads(impl, dtype):
+        model.config.loss_impl = impl
+        model.zero_grad(set_to_none=True)
+        with (nullcontext() if dtype == torch.float32 else torch.autocast(device.type, dtype=dtype)):
+            _, loss = model(x, y)
+        loss.backward()
+        return loss.item(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+    ref_loss, ref = loss_and_grads("standard", torch.float32)
+    out = {}
+    for impl, dtype, label in (("fused", torch.float32, "fused fp32"), ("fused", torch.bfloat16, "fused bf16"),
+                               ("standard", torch.bfloat16, "standard bf16")):
+        loss, grads = loss_and_grads(impl, dtype)
+        gerr = max(((grads[n] - ref[n]).norm() / ref[n].norm().clamp_min(1e-30)).item() for n in ref)
+        out[label] = (abs(loss - ref_loss) / ref_loss, gerr)
+    return ref_loss, out
+
+
+def data_throughput():
+    """GPT-2 BPE tokens/s through tiktoken (1 thread and all cores) and MIDI files/s (mido)."""
+    from data import music
+    from data.common import cache_dir
+    from data.text import gpt2_encoding
+    enc = gpt2_encoding(cache_dir())
+    words = ("the ladder of music poetry and prose teaches a small model what to attend to before "
+             "it reads, and every stage keeps the weights that do not depend on the vocabulary. ").split()
+    docs = [" ".join(words[(i * 7 + j) % len(words)] for j in range(400)) for i in range(2000)]
+    res = {}
+    for threads in sorted({1, os.cpu_count() or 1}):
+        t = time.perf_counter()
+        n = sum(len(ids) for ids in enc.encode_ordinary_batch(docs, num_threads=threads))
+        res[f"tiktoken tokens/s ({threads} thread{'s' if threads > 1 else ''})"] = n / (time.perf_counter() - t)
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for i, tokens in enumerate(music.synthetic(n_pieces=40, seed=0)):
+            paths.append(Path(d) / f"{i}.mid")
+            music.decode(tokens).save(paths[-1])
+        t = time.perf_counter()
+        _, stats = music.encode_files(paths)
+        dt = time.perf_counter() - t
+        res["MIDI files/s (mido parse + encode)"] = len(paths) / dt
+        res["MIDI notes/s"] = stats["notes"] / dt
+    return res
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Time full training steps of our GPT against the standard "
+                                            "full-logits formulation, in one process.")
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {list(SHAPES)}")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per variant (minimum kept)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--no-data", action="store_true", help="skip the data-preparation throughput")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    shapes = args.shapes.split(",")
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        p.error(f"unknown shape(s) {unknown}; choose from {list(SHAPES)}")
+    bf16 = device.type == "cuda" or "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+    variants = [Variant("standard fp32", "standard", torch.float32), Variant("fused fp32", "fused", torch.float32)]
+    if bf16:
+        variants.append(Variant("fused bf16", "fused", torch.bfloat16))
+    peaks = {torch.float32: matmul_peak(torch.float32, device), torch.bfloat16: matmul_peak(torch.bfloat16, device)}
+    print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak "
+          f"fp32 {peaks[torch.float32] / 1e9:.0f} GFLOP/s, bf16 {peaks[torch.bfloat16] / 1e9:.0f} GFLOP/s")
+
+    ref_loss, agree = check_agreement(device)
+    print(f"\nagreement with the standard fp32 formulation (d64, one batch of 8x256, loss {ref_loss:.4f}):")
+    for label, (lerr, gerr) in agree.items():
+        print(f"  {label:<14} loss rel err {lerr:.1e}   worst gradient rel err {gerr:.1e}")
+
+    print(f"\n{'shape':<10}{'variant':<15}{'ms/step':>9}{'tokens/s':>10}{'MFU':>7}{'peak MiB':>10}{'speedup':>9}")
+    results = {}
+    for name in shapes:
+        for row in bench_shape(name, device, variants, args.rounds, peaks):
+            results[(row[0], row[1])] = row
+            print(f"{row[0]:<10}{row[1]:<15}{row[2]:>9.0f}{row[3]:>10.0f}{row[4]:>7.1%}{row[5]:>10.0f}{row[6]:>8.2f}x")
+    if not args.no_data:
+        print()
+        for k, v in data_throughput().items():
+            print(f"{k:<40}{v:>14,.0f}")
+    if "d64" in shapes:
+        best = variants[-1].name  # what train.py runs by default here (--dtype auto)
+        print(f"\nd64 ({best} vs standard fp32): {results[('d64', best)][6]:.2f}x faster, peak memory "
+              f"{results[('d64', best)][5]:.0f} vs {results[('d64', 'standard fp32')][5]:.0f} MiB")
+        print(f"speedup_vs_full_logits={results[('d64', best)][6]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
