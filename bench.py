@@ -176,6 +176,22 @@ def data_throughput():
     return res
 
 
+def loss_curves(steps, out):
+    """bf16 against fp32 by their loss curves: the same short run (prose stage, defaults
+    otherwise) in both dtypes through train.run; returns per-step train losses and final val."""
+    import json
+    import train
+    curves = {}
+    for dtype in ("float32", "bfloat16"):
+        folder = Path(out) / dtype
+        res = train.run(train.parse_args(["--stages", "prose", "--iters", str(steps), "--log-interval", "1",
+                                          "--eval-interval", str(steps), "--dtype", dtype, "--no-progress",
+                                          "--out", str(folder)]))
+        losses = [json.loads(l)["loss"] for l in open(folder / "metrics.jsonl") if '"train"' in l]
+        curves[dtype] = (losses, res["stages"][0]["val_loss"], res["seconds"])
+    return curves
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Time full training steps of our GPT against the standard "
                                             "full-logits formulation, in one process.")
@@ -183,6 +199,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per variant (minimum kept)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-data", action="store_true", help="skip the data-preparation throughput")
+    p.add_argument("--curve", type=int, default=0, metavar="STEPS",
+                   help="also train STEPS steps on prose in fp32 and in bf16 and compare the loss curves")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     shapes = args.shapes.split(",")
@@ -212,6 +230,29 @@ def main(argv=None):
         print()
         for k, v in data_throughput().items():
             print(f"{k:<40}{v:>14,.0f}")
+    if args.curve:
+        curves = loss_curves(args.curve, tempfile.mkdtemp(prefix="bench-curve-"))
+        (f32, v32, s32), (b16, v16, s16) = curves["float32"], curves["bfloat16"]
+        diffs = [abs(a - b) for a, b in zip(f32, b16)]
+        print(f"\nloss curve, {args.curve} steps on prose: fp32 {s32:.0f} s, bf16 {s16:.0f} s; train loss "
+              f"max |diff| {max(diffs):.3f}, mean |diff| {sum(diffs) / len(diffs):.3f}, last 10 steps fp32 "
+              f"{sum(f32[-10:]) / 10:.3f} vs bf16 {sum(b16[-10:]) / 10:.3f}; final val loss fp32 {v32:.3f} vs bf16 {v16:.3f}")
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots(figsize=(7, 4))
+            ax.plot(f32, label="fp32")
+            ax.plot(b16, label="bf16 autocast", alpha=0.8)
+            ax.set_xlabel("step")
+            ax.set_ylabel("train loss")
+            ax.legend()
+            fig.tight_layout()
+            Path("out").mkdir(exist_ok=True)
+            fig.savefig("out/bench_curve.png", dpi=100)
+            print("wrote out/bench_curve.png")
+        except ImportError:
+            pass
     if "d64" in shapes:
         best = variants[-1].name  # what train.py runs by default here (--dtype auto)
         print(f"\nd64 ({best} vs standard fp32): {results[('d64', best)][6]:.2f}x faster, peak memory "

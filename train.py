@@ -137,6 +137,9 @@ def parse_args(argv=None):
                         "supports it and on CPUs with native bf16 instructions (avx512_bf16/amx_bf16), "
                         "else float32")
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
+    g.add_argument("--loss-impl", default="fused", choices=("fused", "standard"),
+                   help="fused: chunked LM head + cross-entropy that never holds the full logits "
+                        "(lm_loss.py); standard: full logits + F.cross_entropy, for comparison")
     g.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = cores / processes)")
     args = p.parse_args(argv)
     for name in args.stages.split(","):
@@ -339,7 +342,8 @@ def run(args):
 
         cfg = GPTConfig(block_size=args.block_size, vocab_size=corpus.vocab_size, n_layer=args.n_layer,
                         n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout,
-                        bias=not args.no_bias, tie_weights=not args.no_tie, norm=args.norm)
+                        bias=not args.no_bias, tie_weights=not args.no_tie, norm=args.norm,
+                        loss_impl=args.loss_impl)
         torch.manual_seed(args.seed + si)
         model = GPT(cfg)
         if prev_state is not None:  # the previous stage's (or --init-from's) weights
