@@ -117,10 +117,10 @@ def parse_args(argv=None):
     g.add_argument("--decay-frac", type=float, default=0.2, help="wsd: fraction of the stage spent decaying")
     g.add_argument("--weight-decay", type=float, default=0.1,
                    help="AdamW decay on attention/MLP/head matrices only (default: %(default)s)")
-    g.add_argument("--beta1", type=float, default=0.9)
-    g.add_argument("--beta2", type=float, default=0.95)
+    g.add_argument("--beta1", type=float, default=0.9, help="AdamW beta1 (default: %(default)s)")
+    g.add_argument("--beta2", type=float, default=0.95, help="AdamW beta2 (default: %(default)s)")
     g.add_argument("--grad-clip", type=float, default=1.0, help="clip the gradient norm (0 = off)")
-    g.add_argument("--seed", type=int, default=1337, help="seeds init, data order and dropout")
+    g.add_argument("--seed", type=int, default=1337, help="seeds init, data order and dropout (default: %(default)s)")
 
     g = p.add_argument_group("evaluation, logging, checkpoints")
     g.add_argument("--eval-interval", type=int, default=50, help="evaluate and checkpoint every N steps")

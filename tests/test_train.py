@@ -14,7 +14,7 @@ from conftest import ROOT
 
 TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--eval-iters", "2", "--log-interval", "1", "--no-progress",
-        "--warmup-iters", "2", "--threads", "1"]
+        "--warmup-iters", "2", "--threads", "1", "--dtype", "float32"]
 
 
 def losses(out):
@@ -140,3 +140,22 @@ def test_ddp_two_processes_match_one_at_the_same_global_batch(cache, text_dir, t
     assert a.keys() == b.keys() and len(a) == 6
     for k in a:
         assert a[k] == pytest.approx(b[k], rel=1e-4), k
+
+
+def test_init_from_copies_vocabulary_independent_groups_into_a_new_vocabulary(cache, text_dir, tmp_path):
+    """--init-from a 97-token model into a GPT-2-vocabulary stage (lr 0, so nothing moves):
+    attention, MLP, norms and positions arrive; embedding/head stay fresh (another shape)."""
+    from model import GPT, GPTConfig, group_of
+    torch.manual_seed(5)
+    src = GPT(GPTConfig(block_size=16, vocab_size=97, n_layer=2, n_head=2, n_embd=16))
+    train.save_checkpoint(tmp_path / "src.pt", {"model": src.state_dict()})
+    out = tmp_path / "run"
+    train.run(train.parse_args(["--stages", f"text:{text_dir}", "--iters", "1", "--lr", "0", "--min-lr", "0",
+                                "--init-from", str(tmp_path / "src.pt"), "--out", str(out)] + TINY))
+    got = torch.load(next(out.glob("stage0-*.pt")), weights_only=True)["model"]
+    for name, p in src.named_parameters():
+        if group_of(name) in ("attn", "mlp", "norm", "pos"):
+            assert torch.equal(got[name], p.detach()), name
+    assert got["transformer.wte.weight"].shape == (50257, 16)
+    with pytest.raises(SystemExit):
+        train.parse_args(["--transfer", "attention"])
