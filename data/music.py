@@ -812,15 +812,8 @@ VAL_PERCENT = 5.0
 
 
 def _music_corpus(cache, key, name, build):
-    from .common import open_corpus, read_manifest, write_corpus
-    folder = Path(cache) / "corpora" / key
-    if read_manifest(folder) is None:
-        train, val, manifest = build()
-        if len(train) == 0 or len(val) == 0:
-            raise ValueError(f"music corpus {name!r} gave {len(train)} train and {len(val)} validation "
-                             "tokens; it needs more pieces")
-        write_corpus(folder, VOCAB_SIZE, train, val, dict(manifest, name=name, tokenizer="midi-events-160"))
-    return open_corpus(folder, name, decode)
+    from .common import prepared
+    return prepared(cache, key, name, VOCAB_SIZE, "midi-events-160", decode, build)
 
 
 def _split_pieces(paths, keys, val_of):

