@@ -207,7 +207,8 @@ def main(argv=None):
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         p.error(f"unknown shape(s) {unknown}; choose from {list(SHAPES)}")
-    bf16 = device.type == "cuda" or "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+    from train import resolve_dtype
+    bf16 = resolve_dtype("auto", device) == "bfloat16"  # what train.py runs by default here
     variants = [Variant("standard fp32", "standard", torch.float32), Variant("fused fp32", "fused", torch.float32)]
     if bf16:
         variants.append(Variant("fused bf16", "fused", torch.bfloat16))

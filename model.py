@@ -234,13 +234,14 @@ class GPT(nn.Module):
     def flops_per_token(self, T=None):
         """Training FLOPs per token (forward + backward): 6 per weight it multiplies (the
         non-embedding weights plus the LM head, which dominates at small width and a 50k
-        vocabulary) + 6 * L * T * d for attention scores and values (PaLM, appendix B)."""
+        vocabulary) + 12 * L * T * d for attention scores and values (PaLM, appendix B; as in
+        nanoGPT, the causal mask's halving is not counted)."""
         cfg = self.config
         T = cfg.block_size if T is None else T
         n = self.get_num_params(non_embedding=True)
         if cfg.tie_weights:
             n += self.lm_head.weight.numel()
-        return 6 * n + 6 * cfg.n_layer * T * cfg.n_embd
+        return 6 * n + 12 * cfg.n_layer * T * cfg.n_embd
 
     def estimate_mfu(self, tokens_per_second, peak_flops, T=None):
         """Model FLOPs utilisation: achieved training FLOP/s over the device's peak FLOP/s."""

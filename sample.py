@@ -43,7 +43,7 @@ def main(argv=None):
         from data.common import cache_dir
         from data.text import gpt2_encoding
         enc = gpt2_encoding(cache_dir(args.cache_dir))
-        ids = enc.encode(args.prompt, allowed_special={"<|endoftext|>"})
+        ids = enc.encode(args.prompt, allowed_special={"<|endoftext|>"}) or [enc.eot_token]
         x = torch.tensor([ids] * args.samples, dtype=torch.long, device=args.device)
         y = model.generate(x, args.tokens, args.temperature, top_k, generator=gen)
         for row in y.tolist():
@@ -55,9 +55,10 @@ def main(argv=None):
         sys.exit(f"checkpoint vocabulary {vocab} is neither GPT-2 text (50257) nor music ({music.VOCAB_SIZE})")
     x = torch.full((args.samples, 1), music.BOS, dtype=torch.long, device=args.device)
     y = model.generate(x, args.tokens, args.temperature, top_k, generator=gen)
-    out = args.midi or "sample.mid"
+    from pathlib import Path
+    out = Path(args.midi or "sample.mid")
     for i, row in enumerate(y.tolist()):
-        path = out if args.samples == 1 else out.replace(".mid", f"-{i}.mid")
+        path = out if args.samples == 1 else out.with_name(f"{out.stem}-{i}{out.suffix or '.mid'}")
         mid = music.decode(row)
         mid.save(path)
         notes = sum(1 for t in mid.tracks for m in t if m.type == "note_on" and m.velocity > 0)

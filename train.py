@@ -55,7 +55,8 @@ def parse_args(argv=None):
     g.add_argument("--poetry-lines", type=int, default=None,
                    help="use only the first N lines of the poetry corpus (default: all 3,085,117)")
     g.add_argument("--music-dir", default=None,
-                   help="music stage: a MAESTRO v3 folder (its CSV split) or any folder of .mid files "
+                   help="music stage: 'maestro' (download the official MAESTRO v3 zip), a local copy of that "
+                        "zip, an unpacked MAESTRO folder (its CSV split), or any folder of .mid files "
                         "(default: the music21 corpus from PyPI, converted to MIDI once)")
     g.add_argument("--music-composers", default=None,
                    help="music21 corpus composers, comma-separated, or 'all' "
@@ -175,7 +176,11 @@ def get_batch(corpus, split, batch_size, block_size, key, rank, world, device):
     if len(stream) <= block_size + 1:
         raise ValueError(f"{corpus.name} {split} has {len(stream)} tokens; block_size {block_size} needs more")
     rng = np.random.default_rng(key)
-    starts = rng.integers(0, len(stream) - block_size - 1, size=world * batch_size)
+    chunk = corpus.info.get("chunk_len") if split == "train" else None
+    if chunk == block_size + 1:  # a stream of selected chunks: one training sequence = one chunk
+        starts = rng.integers(0, len(stream) // chunk, size=world * batch_size) * chunk
+    else:
+        starts = rng.integers(0, len(stream) - block_size - 1, size=world * batch_size)
     starts = starts[rank * batch_size:(rank + 1) * batch_size]
     rows = np.stack([stream[s:s + block_size + 1] for s in starts]).astype(np.int64)
     xy = torch.from_numpy(rows)
@@ -216,6 +221,24 @@ def lr_at(it, iters, args):
 
 # ---------------------------------------------------------------------------------------------
 # checkpoints: written to a temporary name and renamed; loaded with weights_only=True
+
+def trim_metrics(path, resume):
+    """Start metrics.jsonl afresh, or on resume keep only the events up to the checkpoint
+    (a killed run may have logged steps after it; the resumed run logs them again)."""
+    if resume is None:
+        Path(path).unlink(missing_ok=True)
+        return
+    if not Path(path).exists():
+        return
+    keep = []
+    for line in open(path):
+        e = json.loads(line)
+        si, it = e.get("stage_index", -1), e.get("iter", 0)
+        if si < resume["stage_index"] or (si == resume["stage_index"] and e["event"] != "stage_end"
+                                          and it <= resume["iter"]):
+            keep.append(line)
+    atomic_write_bytes(path, "".join(keep).encode())
+
 
 def save_checkpoint(path, obj):
     tmp = Path(path).with_name(f".{Path(path).name}.tmp-{os.getpid()}")
@@ -315,8 +338,8 @@ def run(args):
                          "use another --out or the same --stages")
     if args.resume and resume is None and master:
         print(f"--resume: no checkpoint at {ckpt_path}; starting from scratch")
-    if not args.resume and master:
-        (out / "metrics.jsonl").unlink(missing_ok=True)
+    if master:
+        trim_metrics(out / "metrics.jsonl", resume)
     summaries = list(resume["summaries"]) if resume else []
     prev_state = load_checkpoint(args.init_from)["model"] if args.init_from else None
     if resume is not None and resume["stage_index"] > 0:
@@ -372,6 +395,8 @@ def run(args):
             optimizer.load_state_dict(resume["optimizer"])
             scaler.load_state_dict(resume["scaler"])
             torch.set_rng_state(resume["rng"])
+            if device.type == "cuda" and resume.get("cuda_rng"):
+                torch.cuda.set_rng_state_all(resume["cuda_rng"])
             it0 = resume["iter"]
             resume = None
         hook = None
@@ -404,11 +429,13 @@ def run(args):
             model.train()
             return res
 
-        def checkpoint(it):
+        def checkpoint(it, stage_index=si):
             if master:
                 save_checkpoint(ckpt_path, {
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scaler": scaler.state_dict(), "rng": torch.get_rng_state(), "stage_index": si,
+                    "scaler": scaler.state_dict(), "rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else [],
+                    "stage_index": stage_index,
                     "stage": name, "iter": it, "stages": stages, "summaries": summaries,
                     "model_config": asdict(cfg), "args": vars(args)})
 
@@ -439,6 +466,11 @@ def run(args):
                     f"or use --grad-clip; then rerun with --resume.")
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip or float("inf")).item()
+            if not math.isfinite(grad_norm) and not scaler.is_enabled():  # (a GradScaler skips such steps)
+                raise TrainingDiverged(
+                    f"the gradient norm became {grad_norm} at stage {name!r}, step {it}. The last good "
+                    f"checkpoint is {ckpt_path} (kept unchanged). Lower --lr or use --grad-clip; then "
+                    f"rerun with --resume.")
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -452,6 +484,9 @@ def run(args):
                 t0 = time.time()
             if done % args.eval_interval == 0 or done == iters:
                 last_eval = evaluate()
+                if not all(math.isfinite(v) for v in last_eval.values()):
+                    raise TrainingDiverged(f"the evaluation loss became {last_eval} at stage {name!r}, step "
+                                           f"{done}; the last good checkpoint {ckpt_path} is kept unchanged.")
                 emit(event="eval", stage=name, stage_index=si, iter=done, **{f"{k}_loss": v for k, v in last_eval.items()})
                 checkpoint(done)
         bar.close()
@@ -467,15 +502,15 @@ def run(args):
         if master:
             save_checkpoint(stage_file(out, si, name), {"model": model.state_dict(),
                                                         "model_config": asdict(cfg), "stage": name})
-        checkpoint(iters)
+        # one atomic write moves the run on: the next stage at step 0 (stage_index == number
+        # of stages: the run is finished), with this stage's summary recorded
+        checkpoint(0, stage_index=si + 1)
         prev_state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        if si + 1 < len(stages):  # the checkpoint now points at the start of the next stage
-            if master:
-                ck = load_checkpoint(ckpt_path)
-                ck.update(stage_index=si + 1, iter=0, summaries=summaries)
-                save_checkpoint(ckpt_path, ck)
 
-    result = {"stages": summaries, "params": model.get_num_params() if model else 0,
+    if model is None:  # --resume of a run that had already finished
+        ck = load_checkpoint(stage_file(out, len(stages) - 1, stages[-1]))
+        model = GPT(GPTConfig(**ck["model_config"]))
+    result = {"stages": summaries, "params": model.get_num_params(),
               "seconds": time.time() - t_start, "args": vars(args)}
     if master:
         atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())

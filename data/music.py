@@ -541,6 +541,19 @@ def maestro_files(root, split=None):
     return paths
 
 
+def _unpack_maestro_zip(zpath, dest):
+    """Unpack a local copy of the official MAESTRO zip once; returns the folder with the CSV."""
+    root = dest / zpath.stem
+    if not any(root.glob("*/maestro-v*.csv")) and not any(root.glob("maestro-v*.csv")):
+        tmp = dest / f".unzip-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(zpath) as z:
+            z.extractall(tmp)
+        dest.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, root)
+    return root
+
+
 def download_maestro(dest):
     """Download and unpack the official MAESTRO v3 MIDI zip (~57 MB; needs internet) into
     dest; returns the folder holding maestro-v3.0.0.csv. Done once: a finished folder is reused."""
@@ -823,18 +836,23 @@ def _split_pieces(paths, keys, val_of):
         chosen = [p for p, k in zip(paths, keys) if val_of(k) == is_val]
         lists, s = encode_files(chosen, progress=True)
         (val if is_val else train).extend(lists)
-        stats = s if stats is None else {k: stats.get(k, 0) + v for k, v in s.items()}
+        stats = s if stats is None else {k: stats.get(k, 0) + s.get(k, 0) for k in stats.keys() | s.keys()}
     return piece_stream(train), piece_stream(val), stats
 
 
 def load_music(cache, music_dir=None, music_composers=None, music_chunks=None, block_size=128,
                seed=0, **_):
-    """Real music. music_dir: a MAESTRO v3 folder (its CSV's train/validation split) or any
+    """Real music. music_dir: "maestro" (download the official zip), a local copy of that zip,
+    a MAESTRO v3 folder (its CSV's train/validation split) or any
     folder of .mid files (5% of pieces to validation by crc32 of the relative path); default:
     the music21 corpus (composers `music_composers`, default DEFAULT_COMPOSERS, or "all"),
     converted to MIDI once. music_chunks: keep that many training chunks (see select_chunks)."""
     import hashlib
     from .common import fetch_pypi_file, split_is_val
+    if music_dir == "maestro":  # the official MAESTRO v3 zip, downloaded once (needs internet)
+        music_dir = download_maestro(Path(cache) / "downloads")
+    elif music_dir and str(music_dir).endswith(".zip"):  # a local copy of the official zip
+        music_dir = _unpack_maestro_zip(Path(music_dir), Path(cache) / "downloads")
     if music_dir:
         root = Path(music_dir).expanduser()
         try:
@@ -857,14 +875,15 @@ def load_music(cache, music_dir=None, music_composers=None, music_chunks=None, b
                 keys = [str(p.relative_to(root)) for p in files]
                 train, val, stats = _split_pieces(files, keys, lambda k: split_is_val(k, VAL_PERCENT))
                 return train, val, dict(stats, source=str(root.resolve()), split="by file path, 5% validation")
-            stamp = repr([(str(f), f.stat().st_size) for f in files]).encode()
+            stamp = repr([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()
             key = "music-folder-" + hashlib.sha1(stamp).hexdigest()[:12]
     else:
-        composers = DEFAULT_COMPOSERS if not music_composers else \
-            MUSIC21_COMPOSERS if music_composers == "all" else tuple(music_composers.split(","))
-        unknown = [c for c in composers if c not in MUSIC21_COMPOSERS]
+        asked = DEFAULT_COMPOSERS if not music_composers else \
+            MUSIC21_COMPOSERS if music_composers == "all" else tuple(c.strip() for c in music_composers.split(","))
+        unknown = [c for c in asked if c not in MUSIC21_COMPOSERS]
         if unknown:
             raise ValueError(f"unknown music21 composer(s) {unknown}; choose from {MUSIC21_COMPOSERS} or 'all'")
+        composers = tuple(c for c in MUSIC21_COMPOSERS if c in asked)  # one order, no repeats: one cache key
 
         def build():
             wheel = fetch_pypi_file(*MUSIC21_WHEEL, Path(cache) / "carriers")
@@ -881,7 +900,7 @@ def load_music(cache, music_dir=None, music_composers=None, music_chunks=None, b
     if music_chunks:
         from .common import select_chunks
         corpus.train = select_chunks(corpus.train, block_size + 1, music_chunks, seed)
-        corpus.info = dict(corpus.info, chunks=music_chunks)
+        corpus.info = dict(corpus.info, chunks=music_chunks, chunk_len=block_size + 1)
     return corpus
 
 
@@ -898,5 +917,5 @@ def load_music_synthetic(cache, synthetic_tokens=600_000, music_chunks=None, blo
     if music_chunks:
         from .common import select_chunks
         corpus.train = select_chunks(corpus.train, block_size + 1, music_chunks, seed)
-        corpus.info = dict(corpus.info, chunks=music_chunks)
+        corpus.info = dict(corpus.info, chunks=music_chunks, chunk_len=block_size + 1)
     return corpus

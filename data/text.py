@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -238,7 +239,7 @@ def load_wikitext(name, cache, data_dir=None, **_):
         parts = []
         for split in ("train", "valid"):
             text = _wikitext_file(name, split, data_dir, cache).read_text(encoding="utf-8")
-            chunks = text.split("\n \n = ")  # article boundaries in the raw files
+            chunks = re.split(r"(?=\n \n = [^=])", text)  # before each article title; text unchanged
             ids = enc.encode_ordinary_batch(chunks, num_threads=os.cpu_count() or 1)
             parts.append(np.asarray([t for c in tqdm(ids, desc=f"{name} {split}") for t in c], np.uint16))
         return parts[0], parts[1], {"source": f"official {name} raw archive", "split": "official"}

@@ -95,7 +95,7 @@ def test_lns_initialises_norm_weights_to_inverse_sqrt_depth():
 def test_flops_per_token_counts_head_and_attention():
     m = tiny()
     n = m.get_num_params() + 97 * 16
-    assert m.flops_per_token() == 6 * n + 6 * 3 * 16 * 16
+    assert m.flops_per_token() == 6 * n + 12 * 3 * 16 * 16
     assert m.estimate_mfu(1000.0, 1e12) == pytest.approx(m.flops_per_token() * 1000 / 1e12)
 
 

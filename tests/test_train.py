@@ -113,6 +113,9 @@ def test_killed_run_resumes_exactly(cache, text_dir, tmp_path):
     subprocess.run(_cmd(*common, "--out", str(cut), "--resume"), env=env, check=True, capture_output=True)
     a, b = losses(full), losses(cut)
     assert a.keys() == b.keys() and len(a) == 16
+    events = [json.loads(l) for l in open(cut / "metrics.jsonl")]
+    steps = [(e["stage_index"], e["iter"]) for e in events if e["event"] == "train"]
+    assert len(steps) == len(set(steps)), "the resumed run's metrics repeat steps logged before the kill"
     for k in a:
         assert a[k] == pytest.approx(b[k], rel=1e-6, abs=1e-7), k
     sa = json.loads((full / "summary.json").read_text())["stages"]
@@ -159,3 +162,26 @@ def test_init_from_copies_vocabulary_independent_groups_into_a_new_vocabulary(ca
     assert got["transformer.wte.weight"].shape == (50257, 16)
     with pytest.raises(SystemExit):
         train.parse_args(["--transfer", "attention"])
+
+
+def test_resuming_a_finished_run_changes_nothing(cache, text_dir, tmp_path):
+    out = tmp_path / "run"
+    common = ["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "2", "--eval-interval", "2",
+              "--out", str(out)] + TINY
+    first = train.run(train.parse_args(common))
+    again = train.run(train.parse_args(common + ["--resume"]))
+    assert len(again["stages"]) == 2
+    assert [s["val_loss"] for s in again["stages"]] == [s["val_loss"] for s in first["stages"]]
+    ends = [l for l in open(out / "metrics.jsonl") if '"stage_end"' in l]
+    assert len(ends) == 2
+
+
+def test_chunked_corpus_batches_are_whole_chunks():
+    import numpy as np
+    from data.common import Corpus
+    chunk = 17
+    stream = np.repeat(np.arange(50, dtype=np.uint16), chunk)  # chunk k is all k
+    c = Corpus("c", 100, stream, stream, decode=str, info={"chunk_len": chunk})
+    x, y, _ = train.get_batch(c, "train", 64, chunk - 1, [0], 0, 1, torch.device("cpu"))
+    rows = torch.cat([x, y[:, -1:]], 1)
+    assert all(len(set(r.tolist())) == 1 for r in rows)  # no window straddles two chunks
