@@ -829,6 +829,16 @@ def _music_corpus(cache, key, name, build):
     return prepared(cache, key, name, VOCAB_SIZE, "midi-events-160", decode, build)
 
 
+def _keep_chunks(corpus, music_chunks, block_size, seed):
+    """With music_chunks, train on that many whole chunks of block_size + 1 tokens (the paper's
+    data-volume control); train.get_batch then draws whole chunks (info["chunk_len"])."""
+    if music_chunks:
+        from .common import select_chunks
+        corpus.train = select_chunks(corpus.train, block_size + 1, music_chunks, seed)
+        corpus.info = dict(corpus.info, chunks=music_chunks, chunk_len=block_size + 1)
+    return corpus
+
+
 def _split_pieces(paths, keys, val_of):
     """Encode paths (skipping bad files with a warning) into train/val streams; val_of(key)."""
     train, val, stats = [], [], None
@@ -897,11 +907,7 @@ def load_music(cache, music_dir=None, music_composers=None, music_chunks=None, b
                                     split="by piece path, 5% validation")
         key = "music-music21-" + "-".join(composers)
     corpus = _music_corpus(cache, key, "music", build)
-    if music_chunks:
-        from .common import select_chunks
-        corpus.train = select_chunks(corpus.train, block_size + 1, music_chunks, seed)
-        corpus.info = dict(corpus.info, chunks=music_chunks, chunk_len=block_size + 1)
-    return corpus
+    return _keep_chunks(corpus, music_chunks, block_size, seed)
 
 
 def load_music_synthetic(cache, synthetic_tokens=600_000, music_chunks=None, block_size=128, seed=0, **_):
@@ -914,8 +920,4 @@ def load_music_synthetic(cache, synthetic_tokens=600_000, music_chunks=None, blo
         return train, val, {"source": "data.music.synthetic", "seed": seed,
                             "split": "separate pieces drawn with seed + 1,000,000"}
     corpus = _music_corpus(cache, f"music-synthetic-{synthetic_tokens}-seed{seed}", "music-synthetic", build)
-    if music_chunks:
-        from .common import select_chunks
-        corpus.train = select_chunks(corpus.train, block_size + 1, music_chunks, seed)
-        corpus.info = dict(corpus.info, chunks=music_chunks, chunk_len=block_size + 1)
-    return corpus
+    return _keep_chunks(corpus, music_chunks, block_size, seed)

