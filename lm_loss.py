@@ -6,6 +6,8 @@ For row i with hidden state h_i (C,), head W (V, C) and target t_i,
     loss = (1/n) sum_i loss_i                over the n rows whose target != ignore_index
 and with G the (n, V) matrix of rows p_i - onehot(t_i),
     dloss/dh = G @ W / n                     dloss/dW = G^T @ h / n.
+With row weights w_i >= 0 (MIR's lambda on the masked copy, MDLM's 1/t): the weighted mean
+    loss = sum_i w_i loss_i / sum_i w_i,     G's row i scaled by w_i, n = sum_i w_i.
 The rows are processed `chunk_size` at a time in one reused (r, V) buffer: the matmul writes the
 logits, one fused softmax kernel turns them into p in place (each row is still in cache), the
 target probabilities are read off, 1 is subtracted at the targets, and the same buffer feeds the
@@ -35,9 +37,10 @@ def _exact_loss(x, weight, targets, vocab_size, chunk_size):
     return torch.cat(out)
 
 
-def _loss_and_grads(h, weight, targets, vocab_size, chunk_size, dtype, need_grad):
-    """Summed loss over all rows of h (n, C) (no ignored targets), and if need_grad the
-    gradients of that sum: dh (n, C) in `dtype` and dW (V, C) in fp32 (fp64 for fp64)."""
+def _loss_and_grads(h, weight, targets, vocab_size, chunk_size, dtype, need_grad, row_weight=None):
+    """Summed loss over all rows of h (n, C) (no ignored targets; weighted by row_weight (n,) if
+    given), and if need_grad the gradients of that sum: dh (n, C) in `dtype` and dW (V, C) in
+    fp32 (fp64 for fp64)."""
     n, (V, C) = h.shape[0], weight.shape
     acc = torch.promote_types(dtype, torch.float32)           # sums: fp32 (fp64 for fp64)
     x_all, w = h.to(dtype), weight.to(dtype)                  # no copy when already `dtype`
@@ -60,6 +63,8 @@ def _loss_and_grads(h, weight, targets, vocab_size, chunk_size, dtype, need_grad
         p_t[i:i + r] = p[rows[:r], t]
         if need_grad:
             p.index_put_((rows[:r], t), minus_one, accumulate=True)   # G = p - onehot(t)
+            if row_weight is not None:
+                p.mul_(row_weight[i:i + r, None].to(dtype))   # row i of G times w_i
             torch.mm(p, w, out=dh[i:i + r])                   # (r, C) = (r, V) @ (V, C)
             if dtype == acc:
                 dWt.addmm_(x.t(), p)                          # (C, V) += (C, r) @ (r, V)
@@ -69,30 +74,33 @@ def _loss_and_grads(h, weight, targets, vocab_size, chunk_size, dtype, need_grad
     bad = p_t < torch.finfo(dtype).tiny                       # underflowed: re-score exactly
     if bad.any():
         loss[bad] = _exact_loss(h[bad], weight, targets[bad], vocab_size, chunk_size)
+    total = loss.sum() if row_weight is None else (loss * row_weight.to(loss.dtype)).sum()
     if not need_grad:
-        return loss.sum(), None, None
-    return loss.sum(), dh, dWt.t().contiguous()
+        return total, None, None
+    return total, dh, dWt.t().contiguous()
 
 
 class LinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of h @ weight.T; the gradients are computed in forward and stashed."""
 
     @staticmethod
-    def forward(ctx, h, weight, targets, ignore_index, vocab_size, chunk_size, dtype):
+    def forward(ctx, h, weight, targets, ignore_index, vocab_size, chunk_size, dtype, row_weight):
         keep = (targets != ignore_index).nonzero()[:, 0]
         n = keep.numel()
-        ctx.n, ctx.h_dtype, ctx.w_dtype = max(n, 1), h.dtype, weight.dtype
+        ctx.h_dtype, ctx.w_dtype = h.dtype, weight.dtype
+        ctx.n = max(n, 1) if row_weight is None else float(row_weight[keep].sum()) if n else 1.0
         if n == 0:                                            # nothing to score: loss 0, grads 0
             ctx.save_for_backward(torch.zeros_like(h), torch.zeros_like(weight))
             return h.new_zeros((), dtype=torch.promote_types(dtype, torch.float32))
         if n == targets.numel():
-            loss, dh, dW = _loss_and_grads(h, weight, targets, vocab_size, chunk_size, dtype, True)
+            loss, dh, dW = _loss_and_grads(h, weight, targets, vocab_size, chunk_size, dtype, True,
+                                           row_weight)
         else:                                                 # score the kept rows only
-            loss, dh_kept, dW = _loss_and_grads(h[keep], weight, targets[keep], vocab_size,
-                                                chunk_size, dtype, True)
+            loss, dh_kept, dW = _loss_and_grads(h[keep], weight, targets[keep], vocab_size, chunk_size,
+                                                dtype, True, None if row_weight is None else row_weight[keep])
             dh = torch.zeros_like(h, dtype=dh_kept.dtype).index_copy_(0, keep, dh_kept)
         ctx.save_for_backward(dh, dW)
-        return loss / n
+        return loss / ctx.n
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -101,12 +109,12 @@ class LinearCrossEntropy(torch.autograd.Function):
         g = grad_loss.to(dW.dtype) / ctx.n                    # the 1/n of the mean, deferred
         dh = (dh * g).to(ctx.h_dtype) if ctx.needs_input_grad[0] else None
         dW = (dW * g).to(ctx.w_dtype) if ctx.needs_input_grad[1] else None
-        return dh, dW, None, None, None, None, None
+        return dh, dW, None, None, None, None, None, None
 
 
 @torch.compiler.disable  # a python loop with data-dependent sizes: keep it out of compiled graphs
 def linear_cross_entropy(h, weight, targets, ignore_index=-1, vocab_size=None,
-                         chunk_size=512, dtype=None):
+                         chunk_size=512, dtype=None, row_weight=None):
     """Mean cross-entropy of the logits h @ weight.T over rows whose target != ignore_index.
 
     h (..., C) final hidden states (after the last norm); weight (V, C) the LM head, may be the
@@ -116,9 +124,13 @@ def linear_cross_entropy(h, weight, targets, ignore_index=-1, vocab_size=None,
     dtype: matmul/softmax precision; default the autocast dtype when autocast is on for h's
     device, else h.dtype. Returns a 0-dim fp32 loss (fp64 for fp64); 0 with zero gradients when
     every target is ignored (F.cross_entropy gives nan). Without grad (evaluation) only the loss
-    is computed. Not twice differentiable.
+    is computed. Not twice differentiable. row_weight (...) >= 0, optional: the weighted mean
+    sum_i w_i loss_i / sum_i w_i over the kept rows (rows of weight 0 count as ignored).
     """
     h, targets = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
+    if row_weight is not None:
+        row_weight = row_weight.reshape(-1).float()
+        targets = targets.masked_fill(row_weight == 0, ignore_index)
     vocab_size = weight.shape[0] if vocab_size is None else vocab_size
     if dtype is None:
         dev = h.device.type
@@ -126,11 +138,13 @@ def linear_cross_entropy(h, weight, targets, ignore_index=-1, vocab_size=None,
     with torch.autocast(h.device.type, enabled=False):       # dtypes are handled explicitly
         if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
             return LinearCrossEntropy.apply(h, weight, targets, ignore_index, vocab_size,
-                                            chunk_size, dtype)
+                                            chunk_size, dtype, row_weight)
         keep = targets != ignore_index
         n = int(keep.sum())
         if n == 0:
             return h.new_zeros((), dtype=torch.promote_types(dtype, torch.float32))
         if n < targets.numel():
             h, targets = h[keep], targets[keep]
-        return _loss_and_grads(h, weight, targets, vocab_size, chunk_size, dtype, False)[0] / n
+            row_weight = None if row_weight is None else row_weight[keep]
+        total = _loss_and_grads(h, weight, targets, vocab_size, chunk_size, dtype, False, row_weight)[0]
+        return total / (n if row_weight is None else row_weight.sum().to(total.dtype))

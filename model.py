@@ -2,7 +2,9 @@
 One compact GPT-2-style decoder, shared by every stage and every paper in this project.
 GPT-2 (Radford et al. 2019) in the nanoGPT formulation, plus two hooks the papers need:
 a per-layer residual-scale buffer (ProRes, arXiv 2603.05369, writes it) and a choice of
-norm placement (Pre-LN, Post-LN, Sandwich, DeepNorm, LayerNorm-Scaling).
+norm placement (Pre-LN, Post-LN, Sandwich, DeepNorm, LayerNorm-Scaling), a choice of
+initialisation (GPT-2's depth-scaled or the plain one of the ProRes authors' baselines), and a
+causal switch (the masked-diffusion baseline of arXiv 2606.06888 attends both ways).
 
 It knows no training loop, corpus, ProRes or MIR; the only module of ours it uses is
 lm_loss.py, the fused chunked LM head + cross-entropy (a kernel, kept in its own file to be
@@ -20,19 +22,24 @@ from torch.nn import functional as F
 
 from lm_loss import linear_cross_entropy
 
-NORMS = ("pre", "post", "sandwich", "deepnorm", "lns")
+NORMS = ("pre", "post", "sandwich", "deepnorm", "lns", "lns-init")
+INITS = ("gpt2", "plain")
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1) and an optional
+    fixed output scale: LayerNorm-Scaling (arXiv 2502.05795, eq. 5) multiplies the norm's output
+    by 1/sqrt(l), a constant, not a learned weight (`scale`, kept out of the state dict)."""
 
-    def __init__(self, ndim, bias):
+    def __init__(self, ndim, bias, scale=1.0):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(ndim))
         self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+        self.scale = scale
 
     def forward(self, x):
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+        y = F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+        return y if self.scale == 1.0 else y * self.scale
 
 
 class CausalSelfAttention(nn.Module):
@@ -45,6 +52,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.n_head = config.n_head
         self.dropout = config.dropout
+        self.causal = config.causal
 
     def forward(self, x):
         B, T, C = x.size()
@@ -53,7 +61,7 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
         return self.resid_dropout(self.c_proj(y))
 
@@ -77,26 +85,31 @@ class Block(nn.Module):
         pre       x = x + alpha * F(LN(x))                   (GPT-2; the default)
         post      x = LN(x + alpha * F(x))                   (original Transformer)
         sandwich  x = x + alpha * LN'(F(LN(x)))              (an extra norm on each branch output)
-        deepnorm  x = LN(k * x + alpha * F(x)),  k = (2L)^(1/4)
-        lns       pre-LN whose norm weights start at 1/sqrt(i + 1), i = 0-based layer index
+        deepnorm  x = LN(k * x + alpha * F(x)),  k = (2L)^(1/4)  (DeepNet, arXiv 2203.00555;
+                  with its init, see GPT._init_deepnorm)
+        lns       x = x + alpha * F(LN(x) / sqrt(l))      LayerNorm-Scaling (arXiv 2502.05795):
+                  the norm's output times a FIXED 1/sqrt(l), l = 1..L, on both block norms
+        lns-init  pre-LN whose learnable norm weights START at 1/sqrt(l): the ProRes authors'
+                  `lns` (peft_pretraining/modeling_llama.py:289-293 of dandingsky/ProRes)
     The same alpha multiplies the attention branch and the MLP branch.
     """
 
     def __init__(self, config, layer_idx):
         super().__init__()
         self.norm = config.norm
-        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        lns_scale = 1.0 / math.sqrt(layer_idx + 1) if self.norm == "lns" else 1.0
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias, scale=lns_scale)
         self.attn = CausalSelfAttention(config)
-        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias, scale=lns_scale)
         self.mlp = MLP(config)
         if self.norm == "sandwich":  # the norms on the branch outputs
             self.ln_1_out = LayerNorm(config.n_embd, bias=config.bias)
             self.ln_2_out = LayerNorm(config.n_embd, bias=config.bias)
         self.deepnorm_k = (2 * config.n_layer) ** 0.25 if self.norm == "deepnorm" else 1.0
-        self.lns_init = 1.0 / math.sqrt(layer_idx + 1) if self.norm == "lns" else 1.0
+        self.lns_init = 1.0 / math.sqrt(layer_idx + 1) if self.norm == "lns-init" else 1.0
 
     def forward(self, x, alpha):
-        if self.norm in ("pre", "lns"):
+        if self.norm in ("pre", "lns", "lns-init"):
             x = x + alpha * self.attn(self.ln_1(x))
             x = x + alpha * self.mlp(self.ln_2(x))
         elif self.norm == "post":
@@ -122,7 +135,11 @@ class GPTConfig:
     bias: bool = True      # biases in Linears and LayerNorms, like GPT-2
     tie_weights: bool = True  # LM head shares the token-embedding matrix, like GPT-2
     norm: str = "pre"      # one of NORMS
+    init: str = "gpt2"     # one of INITS: see GPT.__init__
+    causal: bool = True    # False: every position attends to every other (masked diffusion)
     loss_impl: str = "fused"  # "fused": chunked head + CE (lm_loss.py); "standard": full logits
+    head_dtype: str = ""   # fused head + loss precision: "" = the autocast dtype (fp32 without);
+                           # "bfloat16" = bf16 even when the body runs in fp32 (see train.resolve_dtype)
 
 
 # Parameter groups, by name, for selective transfer (PAPERS.md section 1). The order matters:
@@ -151,6 +168,8 @@ class GPT(nn.Module):
         super().__init__()
         if config.norm not in NORMS:
             raise ValueError(f"unknown norm placement {config.norm!r}; choose one of {NORMS}")
+        if config.init not in INITS:
+            raise ValueError(f"unknown init {config.init!r}; choose one of {INITS}")
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
@@ -166,12 +185,20 @@ class GPT(nn.Module):
         # ProRes writes it in place every step; a buffer (not a Python float) keeps
         # torch.compile from recompiling when the values change.
         self.register_buffer("residual_scale", torch.ones(config.n_layer))
+        # Initialisation. Both: every Linear and Embedding N(0, 0.02), biases 0.
+        #   gpt2   GPT-2: the projections into the residual stream (c_proj) N(0, 0.02/sqrt(2L)),
+        #          itself a depth stabiliser;
+        #   plain  nothing more: the ProRes authors' baselines (their `pre`; depth scaling is a
+        #          separate `scale_pre` option, modeling_llama.py:539-552 of dandingsky/ProRes).
+        # DeepNorm then overrides four matrices per block (_init_deepnorm), whichever is chosen.
         self.apply(self._init_weights)
-        # GPT-2: scale the init of the projections into the residual stream by 1/sqrt(2L)
-        for pn, p in self.named_parameters():
-            if pn.endswith("c_proj.weight"):
-                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-        if config.norm == "lns":
+        if config.init == "gpt2":
+            for pn, p in self.named_parameters():
+                if pn.endswith("c_proj.weight"):
+                    torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        if config.norm == "deepnorm":
+            self._init_deepnorm()
+        if config.norm == "lns-init":
             for block in self.transformer.h:
                 for m in block.modules():
                     if isinstance(m, LayerNorm):
@@ -185,6 +212,23 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
+    @torch.no_grad()
+    def _init_deepnorm(self):
+        """DeepNet's init (arXiv 2203.00555, Fig. 2; the ProRes authors' `deeppost`,
+        modeling_llama.py:161-198 and 544-547): Xavier-normal with gain beta = (8L)^(-1/4) on the
+        value projection, the attention output projection and both MLP matrices; Xavier-normal
+        with gain 1 on the query and key projections. Xavier-normal: std = gain *
+        sqrt(2 / (fan_in + fan_out)) for each (d_out, d_in) matrix, so the q, k and v slices of
+        the fused c_attn are initialised as the three (C, C) matrices they are."""
+        beta = (8 * self.config.n_layer) ** -0.25
+        C = self.config.n_embd
+        for block in self.transformer.h:
+            w = block.attn.c_attn.weight                      # (3C, C): rows q | k | v
+            for i, gain in enumerate((1.0, 1.0, beta)):
+                torch.nn.init.xavier_normal_(w[i * C:(i + 1) * C], gain=gain)
+            for lin in (block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                torch.nn.init.xavier_normal_(lin.weight, gain=beta)
+
     def get_num_params(self, non_embedding=True):
         """Parameter count; by default without the token and position embeddings (the papers'
         "non-embedding parameters"). A tied head counts once, as the embedding; an untied
@@ -195,7 +239,9 @@ class GPT(nn.Module):
         return n
 
     def forward(self, idx, targets=None, loss_mask=None):
-        """idx, targets: (B, T) token ids; loss_mask: (B, T), 1 where a target counts.
+        """idx, targets: (B, T) token ids; loss_mask: (B, T), 1 where a target counts, or float
+        weights w >= 0: the loss is then sum(w * CE) / sum(w) (one forward pass can carry
+        differently weighted rows, e.g. MIR's clean and masked copies).
 
         Returns (logits, loss). With targets, logits is None: the loss is computed from the
         final hidden states without holding the full (B, T, vocab) logits. Without targets,
@@ -210,10 +256,16 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)  # (B, T, C)
         if targets is None:
             return self.lm_head(x), None
+        weight = None
         if loss_mask is not None:
             targets = targets.masked_fill(loss_mask == 0, -1)
-        loss_fn = linear_cross_entropy if self.config.loss_impl == "fused" else standard_cross_entropy
-        return None, loss_fn(x.view(B * T, -1), self.lm_head.weight, targets.reshape(-1))
+            if loss_mask.is_floating_point():
+                weight = loss_mask.reshape(-1)
+        h, t = x.view(B * T, -1), targets.reshape(-1)
+        if self.config.loss_impl == "standard":
+            return None, standard_cross_entropy(h, self.lm_head.weight, t, row_weight=weight)
+        dtype = getattr(torch, self.config.head_dtype) if self.config.head_dtype else None
+        return None, linear_cross_entropy(h, self.lm_head.weight, t, row_weight=weight, dtype=dtype)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW with weight decay on the matrices of attention, MLP and an untied head only;
@@ -248,12 +300,13 @@ class GPT(nn.Module):
         return self.flops_per_token(T) * tokens_per_second / peak_flops
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-        """Sample max_new_tokens continuations of idx (B, T), one token at a time."""
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, vocab_limit=None):
+        """Sample max_new_tokens continuations of idx (B, T), one token at a time. vocab_limit:
+        sample only ids < vocab_limit (rows beyond it, e.g. MIR's [MASK], are never emitted)."""
         for _ in range(max_new_tokens):
             idx_cond = idx[:, -self.config.block_size:]
             logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            logits = logits[:, -1, :vocab_limit] / max(temperature, 1e-8)
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
@@ -262,9 +315,14 @@ class GPT(nn.Module):
         return idx
 
 
-def standard_cross_entropy(h, weight, targets):
-    """Mean next-token cross-entropy of logits h @ weight.T against targets (-1 = no loss):
-    the standard (nanoGPT) formulation with the full (N, vocab) logits. The baseline that
-    bench.py times lm_loss.linear_cross_entropy against; equal loss and gradients."""
+def standard_cross_entropy(h, weight, targets, row_weight=None):
+    """Mean next-token cross-entropy of logits h @ weight.T against targets (-1 = no loss;
+    weighted by row_weight if given): the standard (nanoGPT) formulation with the full
+    (N, vocab) logits. The baseline that bench.py times lm_loss.linear_cross_entropy against;
+    equal loss and gradients."""
     logits = h @ weight.t()
-    return F.cross_entropy(logits.float(), targets, ignore_index=-1)
+    if row_weight is None:
+        return F.cross_entropy(logits.float(), targets, ignore_index=-1)
+    ce = F.cross_entropy(logits.float(), targets, ignore_index=-1, reduction="none")
+    w = row_weight.float() * (targets != -1)
+    return (ce * w).sum() / w.sum().clamp_min(1e-30)  # 0 (not nan) when nothing counts

@@ -86,10 +86,90 @@ def test_every_parameter_has_a_group():
         group_of("something.else")
 
 
-def test_lns_initialises_norm_weights_to_inverse_sqrt_depth():
-    m = tiny(norm="lns")
+def test_lns_init_initialises_norm_weights_to_inverse_sqrt_depth():
+    m = tiny(norm="lns-init")  # the ProRes authors' variant: a learnable weight that starts there
     for i, block in enumerate(m.transformer.h):
         assert torch.allclose(block.ln_1.weight, torch.full((16,), 1 / math.sqrt(i + 1)))
+        assert block.ln_1.scale == 1.0
+
+
+def test_lns_scales_the_norm_output_by_a_fixed_inverse_sqrt_depth():
+    """LayerNorm-Scaling (arXiv 2502.05795): LN(x) * 1/sqrt(l), the scale a constant."""
+    torch.manual_seed(0)
+    m = tiny(norm="lns")
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    for l, block in enumerate(m.transformer.h, start=1):
+        ln = block.ln_2
+        ref = torch.nn.functional.layer_norm(x, (16,), ln.weight, ln.bias, 1e-5) / math.sqrt(l)
+        assert torch.allclose(ln(x), ref, atol=1e-6)
+        assert torch.equal(ln.weight, torch.ones(16))       # the learnable weight starts at 1
+    names = [n for n, _ in m.named_parameters()] + list(m.state_dict())
+    assert not any("scale" in n and "residual_scale" not in n for n in names)  # nothing learned
+
+
+def test_deepnorm_init_is_xavier_with_the_deepnet_gain():
+    """DeepNet: Xavier-normal, gain (8L)^(-1/4) on v, attn out, both MLP matrices; gain 1 on q, k."""
+    L, C = 6, 64
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=8, vocab_size=50, n_layer=L, n_head=4, n_embd=C, norm="deepnorm"))
+    beta = (8 * L) ** -0.25
+    xavier = lambda fan_in, fan_out, gain: gain * math.sqrt(2.0 / (fan_in + fan_out))
+    stds = {"q": [], "k": [], "v": [], "o": [], "fc": [], "proj": []}
+    for b in m.transformer.h:
+        w = b.attn.c_attn.weight
+        for i, k in enumerate("qkv"):
+            stds[k].append(w[i * C:(i + 1) * C])
+        stds["o"].append(b.attn.c_proj.weight)
+        stds["fc"].append(b.mlp.c_fc.weight)
+        stds["proj"].append(b.mlp.c_proj.weight)
+    want = {"q": xavier(C, C, 1), "k": xavier(C, C, 1), "v": xavier(C, C, beta), "o": xavier(C, C, beta),
+            "fc": xavier(C, 4 * C, beta), "proj": xavier(4 * C, C, beta)}
+    for k, ws in stds.items():
+        got = torch.cat([w.flatten() for w in ws]).std().item()
+        assert got == pytest.approx(want[k], rel=0.03), k
+    assert m.transformer.h[0].deepnorm_k == pytest.approx((2 * L) ** 0.25)
+
+
+def test_plain_init_leaves_residual_projections_at_0_02():
+    torch.manual_seed(0)
+    cfg = dict(block_size=8, vocab_size=50, n_layer=12, n_head=4, n_embd=64)
+    plain, gpt2 = GPT(GPTConfig(init="plain", **cfg)), GPT(GPTConfig(init="gpt2", **cfg))
+    proj = lambda m: torch.cat([p.flatten() for n, p in m.named_parameters() if n.endswith("c_proj.weight")])
+    assert proj(plain).std().item() == pytest.approx(0.02, rel=0.03)
+    assert proj(gpt2).std().item() == pytest.approx(0.02 / math.sqrt(24), rel=0.03)
+    with pytest.raises(ValueError, match="init"):
+        GPT(GPTConfig(init="xavier", **cfg))
+
+
+def test_non_causal_switch_lets_a_position_see_later_tokens():
+    torch.manual_seed(0)
+    idx = torch.randint(0, 97, (1, 16))
+    changed = idx.clone()
+    changed[0, 10] = (changed[0, 10] + 1) % 97
+    for causal in (True, False):
+        torch.manual_seed(0)
+        m = tiny(causal=causal).eval()
+        a, b = m(idx)[0], m(changed)[0]
+        assert torch.allclose(a[:, :10], b[:, :10], atol=1e-6) == causal
+
+
+@pytest.mark.parametrize("impl", ["fused", "standard"])
+def test_float_loss_mask_is_a_weighted_mean(impl):
+    torch.manual_seed(0)
+    m = tiny(loss_impl=impl)
+    idx, tgt = torch.randint(0, 97, (2, 16)), torch.randint(0, 97, (2, 16))
+    w = torch.rand(2, 16)
+    w[0, :4] = 0.0
+    _, loss = m(idx, tgt, w)
+    logits = m(idx)[0]
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, 97), tgt.reshape(-1), reduction="none")
+    assert loss.item() == pytest.approx(((ce * w.reshape(-1)).sum() / w.sum()).item(), rel=1e-5)
+    m.zero_grad()
+    loss.backward()
+    g = m.transformer.h[0].attn.c_attn.weight.grad.clone()
+    m.zero_grad()
+    ((ce * w.reshape(-1)).sum() / w.sum()).backward()
+    assert torch.allclose(g, m.transformer.h[0].attn.c_attn.weight.grad, rtol=1e-4, atol=1e-7)
 
 
 def test_flops_per_token_counts_head_and_attention():
