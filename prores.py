@@ -22,7 +22,8 @@ import math
 
 import torch
 
-WARMUPS = ("linear", "equal", "reverse", "sqrt", "square", "stagewise")
+STAGEWISE_FLOORS = ("stagewise-1/L", "stagewise-1/sqrt(L)", "stagewise-1/sqrt(l)")
+WARMUPS = ("linear", "equal", "reverse", "sqrt", "square", "stagewise") + STAGEWISE_FLOORS
 FIXED = ("fixed-1/L", "fixed-1/sqrt(L)", "fixed-1/sqrt(l)")
 SCHEDULES = WARMUPS + FIXED
 
@@ -47,11 +48,16 @@ def alpha(step, n_layer, T, schedule="linear"):
         square      alpha(l, t) = min((t / W_l)^2, 1),      W_l = T * l
         stagewise   alpha(l, t) = clip((t - (l - 1) * T) / T, 0, 1)   layer l ramps only
                                                           inside its own window [(l-1)T, lT]
+        stagewise-<floor>  the same window, but from a floor a_l instead of 0:
+                    alpha(l, t) = clip(a_l + (1 - a_l) * (t - (l - 1) * T) / T, a_l, 1)
+                    with a_l = 1/L, 1/sqrt(L) or 1/sqrt(l) (the authors' stagewise_L,
+                    stagewise_sqrt_L, stagewise_sqrt_l: torchrun_main.py:390-405 of
+                    dandingsky/ProRes, whose window ends W_l = T * l are ours)
         fixed-1/L        alpha(l, t) = 1 / L               constants: T is ignored
         fixed-1/sqrt(L)  alpha(l, t) = 1 / sqrt(L)
         fixed-1/sqrt(l)  alpha(l, t) = 1 / sqrt(l)
-    Every warmup schedule is 0 for every layer at t = 0 and 1 for every layer from
-    t = T * L on (see `ramp_steps`).
+    Every warmup schedule is 1 for every layer from t = T * L on (see `ramp_steps`), and 0 for
+    every layer at t = 0 except the stagewise schedules with a floor, which start at it.
     """
     _check(schedule, T)
     if step < 0:
@@ -70,6 +76,11 @@ def alpha(step, n_layer, T, schedule="linear"):
         a = (t / (T * l)) ** 2
     elif schedule == "stagewise":
         a = (t - (l - 1) * T) / T
+    elif schedule in STAGEWISE_FLOORS:
+        floor = {"stagewise-1/L": torch.full_like(l, 1.0 / L),
+                 "stagewise-1/sqrt(L)": torch.full_like(l, 1.0 / math.sqrt(L)),
+                 "stagewise-1/sqrt(l)": 1.0 / l.sqrt()}[schedule]
+        a = torch.maximum(floor + (1 - floor) * (t - (l - 1) * T) / T, floor)
     elif schedule == "fixed-1/L":
         a = torch.full_like(l, 1.0 / L)
     elif schedule == "fixed-1/sqrt(L)":

@@ -28,6 +28,10 @@ def formula(schedule, l, t, T, L):
         "sqrt": lambda: clip(math.sqrt(t / (T * l))),
         "square": lambda: clip((t / (T * l)) ** 2),
         "stagewise": lambda: clip((t - (l - 1) * T) / T),
+        # the authors' floors: a_l + (1 - a_l) * (t - (l-1)T) / T, clipped to [a_l, 1]
+        "stagewise-1/L": lambda: min(max(1 / L + (1 - 1 / L) * (t - (l - 1) * T) / T, 1 / L), 1.0),
+        "stagewise-1/sqrt(L)": lambda: min(max(L ** -0.5 + (1 - L ** -0.5) * (t - (l - 1) * T) / T, L ** -0.5), 1.0),
+        "stagewise-1/sqrt(l)": lambda: min(max(l ** -0.5 + (1 - l ** -0.5) * (t - (l - 1) * T) / T, l ** -0.5), 1.0),
         "fixed-1/L": lambda: 1 / L,
         "fixed-1/sqrt(L)": lambda: 1 / math.sqrt(L),
         "fixed-1/sqrt(l)": lambda: 1 / math.sqrt(l),
@@ -44,6 +48,13 @@ def test_alpha_matches_the_formula(schedule):
             assert a[l - 1].item() == pytest.approx(formula(schedule, l, t, T, L), abs=1e-6), (l, t)
 
 
+def test_stagewise_floor_worked_values():
+    # L = 4, T = 10, floor 1/L = 0.25: at t = 15 layer 1 is on, layer 2 is half-way up from 0.25
+    a = prores.alpha(15, 4, 10, "stagewise-1/L")
+    assert a.tolist() == pytest.approx([1.0, 0.625, 0.25, 0.25])
+    assert prores.alpha(0, 4, 10, "stagewise-1/sqrt(l)").tolist() == pytest.approx([1.0, 2 ** -0.5, 3 ** -0.5, 0.5])
+
+
 def test_alpha_linear_worked_values():
     # the paper's example: layer 1 is on after T steps, layer L after T*L
     a = prores.alpha(1000, 4, 1000)
@@ -52,12 +63,15 @@ def test_alpha_linear_worked_values():
 
 
 @pytest.mark.parametrize("schedule", prores.WARMUPS)
-def test_warmups_start_at_zero_rise_monotonically_and_end_at_one(schedule):
+def test_warmups_start_low_rise_monotonically_and_end_at_one(schedule):
     L, T = 5, 7
     end = prores.ramp_steps(L, T, schedule)
     assert end == T * L
     prev = prores.alpha(0, L, T, schedule)
-    assert prev.eq(0).all()
+    if schedule in prores.STAGEWISE_FLOORS:  # they start at their floor, not at 0
+        assert prev.gt(0).all() and prev.lt(1).any()
+    else:
+        assert prev.eq(0).all()
     for t in range(1, end + 5):
         a = prores.alpha(t, L, T, schedule)
         assert (a >= prev).all(), t
@@ -173,13 +187,16 @@ def layer_norm(x, ln):
     return y + ln.bias if ln.bias is not None else y
 
 
-def reference(block, x, a, norm, L):
-    """PAPERS.md section 4, the sub-layers F = attention then MLP, each with its own norm(s)."""
+def reference(block, x, a, norm, L, l):
+    """PAPERS.md section 4, the sub-layers F = attention then MLP, each with its own norm(s);
+    l = 1..L is the block's layer number."""
     branches = [(block.attn, block.ln_1, getattr(block, "ln_1_out", None)),
                 (block.mlp, block.ln_2, getattr(block, "ln_2_out", None))]
     for f, ln, ln_out in branches:
-        if norm in ("pre", "lns"):   # x + a F(LN(x))
+        if norm in ("pre", "lns-init"):   # x + a F(LN(x))
             x = x + a * f(layer_norm(x, ln))
+        elif norm == "lns":          # x + a F(LN(x) / sqrt(l)), the scale fixed (LNS paper)
+            x = x + a * f(layer_norm(x, ln) / math.sqrt(l))
         elif norm == "post":         # LN(x + a F(x))
             x = layer_norm(x + a * f(x), ln)
         elif norm == "sandwich":     # x + a LN'(F(LN(x)))
@@ -194,7 +211,7 @@ def test_block_forward_matches_the_reference(norm):
     torch.manual_seed(0)
     L = 4
     m = tiny(n_layer=L, norm=norm).eval()
-    if norm == "lns":  # LayerNorm-Scaling: block i's norm weights start at 1/sqrt(i + 1)
+    if norm == "lns-init":  # the ProRes authors' LNS: block i's norm weights start at 1/sqrt(i + 1)
         for i, block in enumerate(m.transformer.h):
             for ln in (block.ln_1, block.ln_2):
                 assert torch.allclose(ln.weight, torch.full_like(ln.weight, 1 / math.sqrt(i + 1)))
@@ -207,7 +224,7 @@ def test_block_forward_matches_the_reference(norm):
     for i, block in enumerate(m.transformer.h):
         a = torch.tensor(0.37 + 0.1 * i)
         with torch.no_grad():
-            assert torch.allclose(block(x, a), reference(block, x, a, norm, L), atol=1e-5), (norm, i)
+            assert torch.allclose(block(x, a), reference(block, x, a, norm, L, i + 1), atol=1e-5), (norm, i)
 
 
 @pytest.mark.parametrize("norm", NORMS)
@@ -222,7 +239,7 @@ def test_gpt_forward_uses_each_layers_scale(norm):
     with torch.no_grad():
         x = m.transformer.wte(idx) + m.transformer.wpe(torch.arange(16))
         for i, block in enumerate(m.transformer.h):
-            x = reference(block, x, [1.0, 0.75, 0.5][i], norm, L)
+            x = reference(block, x, [1.0, 0.75, 0.5][i], norm, L, i + 1)
         ref = m.lm_head(layer_norm(x, m.transformer.ln_f))
         assert torch.allclose(m(idx)[0], ref, atol=1e-4)
 
