@@ -6,6 +6,11 @@ multiplier); Muennighoff et al., arXiv 2305.16264 (the D', N' law); Hoffmann et 
 
     N = parameters, U = unique tokens, D = tokens seen (D >= U; only Muennighoff uses D), L = loss.
 
+Quanta is the paper's *coupled* law, a hard bottleneck: L = E + max(A N^-alpha, B U^-(alpha/(1+alpha))).
+SoftQ smooths it: E + (A N^-rho + B U^-(rho/(1+alpha)))^(alpha/rho) tends to Quanta as rho -> inf with
+SoftQ's A, B = Quanta's A, B to the power rho/alpha (see `quanta`). `quanta_additive` (the two terms
+added, = SoftQ at rho = alpha) is kept only as a control: it cannot fan out.
+
 Fitting (approach 3, as the Chinchilla replications do it): the prediction is written in log-space
 as a log-sum-exp of the terms; the objective is the sum of Huber losses (delta 1e-3) between
 log L_pred and log L; L-BFGS (float64) from a grid of initial points; the best fit is kept.
@@ -15,9 +20,20 @@ Choices a reader should know (ours, not the papers'):
 - SoftQ is fitted in the coordinates (e, a', b', alpha, tau) with tau = alpha / rho and
   a' = log A^(alpha/rho), b' = log B^(alpha/rho) (the amplitudes of its two limits), because then
       log(L - E) = tau * logsumexp((a' - alpha log N) / tau, (b' - alpha/(1+alpha) log U) / tau),
-  a smooth maximum of the two bottlenecks at temperature tau: tau -> 0 is a hard max, tau = 1
-  (rho = alpha) is exactly the Quanta law. tau is kept in (0.02, 5) by a sigmoid in log tau.
-  The result is reported in the paper's (E, A, B, alpha, rho).
+  a smooth maximum of the two bottlenecks at temperature tau: tau -> 0 (rho -> inf) is the hard
+  max, the Quanta law; tau = 1 (rho = alpha) is the additive sum, quanta_additive. tau is kept in
+  (0.02, 5) by a sigmoid in log tau. The result is reported in the paper's (E, A, B, alpha, rho).
+- Quanta's max has a kink where the two bottlenecks are equal, so it is smoothed for the optimiser
+  only, in the same form: the max is replaced by T * logsumexp(./T) (an upper bound, at most
+  T log 2 above it, in log(L - E)), i.e. SoftQ at tau = T. The grid is screened and the starts are
+  run at T = 0.1; the winner is then polished by one L-BFGS pass at each of T = 0.03, 0.01,
+  0.003, 0.001 and finally 0 (the exact max), each pass starting where the last ended. The fit
+  kept is the pass with the lowest exact (T = 0) objective; the reported parameters, objective,
+  RMSE and MAE all use the exact max. Each polishing pass minimises the objective divided by its
+  value at the pass's start (same minimiser): torch's L-BFGS drops curvature pairs with
+  y.s < 1e-10, which near a noise-free optimum (objective ~1e-10) left it at steepest descent.
+  Quanta's parameters are identifiable only if both bottlenecks bind on some runs: where one term
+  always wins, the other's amplitude changes no prediction (the tests' grid has both).
 - The grid is screened cheaply (one vectorised evaluation of every grid point), L-BFGS runs from the
   best few points as one batched problem (their objectives are independent, so the sum is
   minimised by minimising each), and the winner is polished alone. 300 runs fit in 0.2-0.5 s on
@@ -31,8 +47,8 @@ Choices a reader should know (ours, not the papers'):
   the loss gap L(smallest U) - L(largest U) against log10 N (loss per decade of N; an additive
   law gives exactly 0). The effective-data multiplier keeps D (compute) fixed and solves for U.
 
-Command line:
-    python scaling.py fit runs.csv --law softq [--json]
+Command line (a bad input ends in one line on stderr and exit status 1, a bad command line in 2):
+    python scaling.py fit runs.csv --law softq [--json]    # laws: chinchilla muennighoff quanta quanta_additive softq
     python scaling.py compare runs.csv [--png laws.png]
 """
 
@@ -41,6 +57,8 @@ import contextlib
 import csv
 import json
 import math
+import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,7 +106,27 @@ def muennighoff(N, D, U, E, A, B, alpha, beta, rd_star, rn_star):
 
 
 def quanta(N, U, E, A, B, alpha):
-    """Coupled exponents: L = E + A / N^alpha + B / U^(alpha / (1 + alpha))."""
+    """Quanta, the coupled law: L = E + max(A / N^alpha, B / U^(alpha / (1 + alpha))).
+
+    The loss is set by the tighter of two bottlenecks: the quanta N parameters can hold and the
+    quanta U tokens can teach. It is SoftQ's hard limit: write k = rho / alpha and
+    a = A_q N^-alpha, b = B_q U^(-alpha/(1+alpha)); with SoftQ's A = A_q^k, B = B_q^k,
+        SoftQ = E + (A N^-rho + B U^(-rho/(1+alpha)))^(alpha/rho) = E + (a^k + b^k)^(1/k),
+    and max(a, b) <= (a^k + b^k)^(1/k) <= 2^(1/k) max(a, b), so SoftQ -> Quanta as rho -> inf at
+    fixed alpha (relative gap in L - E at most 2^(alpha/rho) - 1). Unlike the additive laws it fans
+    out: the gap between two budgets U is 0 while both are parameter-bound and opens as N grows.
+    """
+    return E + np.maximum(A / N**alpha, B / U ** (alpha / (1 + alpha)))
+
+
+def quanta_additive(N, U, E, A, B, alpha):
+    """The additive reading of Quanta: L = E + A / N^alpha + B / U^(alpha / (1 + alpha)).
+
+    Not the paper's coupled law (an additive law cannot fan out, like Chinchilla). Kept as a
+    control for `compare`: it has Quanta's parameters and coupled exponent and differs only in
+    adding the two bottlenecks instead of taking the tighter one, so Quanta vs quanta_additive
+    isolates the bottleneck from the exponent coupling. It is also SoftQ at rho = alpha exactly.
+    """
     return E + A / N**alpha + B / U ** (alpha / (1 + alpha))
 
 
@@ -101,9 +139,17 @@ PARAMS = {  # keys of each law's parameters, as in the signatures above
     "chinchilla": ("E", "A", "B", "alpha", "beta"),
     "muennighoff": ("E", "A", "B", "alpha", "beta", "rd_star", "rn_star"),
     "quanta": ("E", "A", "B", "alpha"),
+    "quanta_additive": ("E", "A", "B", "alpha"),
     "softq": ("E", "A", "B", "alpha", "rho"),
 }
 LAWS = tuple(PARAMS)
+DESCRIPTION = {  # one line per law, for the command line's help
+    "chinchilla": "additive, E + A/N^alpha + B/U^beta",
+    "muennighoff": "data-constrained, Chinchilla in effective N', D' (uses D)",
+    "quanta": "coupled hard bottleneck, E + max(A/N^alpha, B/U^(alpha/(1+alpha)))",
+    "quanta_additive": "Quanta's terms added (no fan-out; a control)",
+    "softq": "the paper's soft bottleneck, E + (A/N^rho + B/U^(rho/(1+alpha)))^(alpha/rho)",
+}
 
 
 def predict(law, params, N, U, D=None):
@@ -130,7 +176,20 @@ def log_chinchilla(logN, logU, e, a, b, alpha, beta):
     return _lse(e, a - alpha * logN, b - beta * logU)
 
 
-def log_quanta(logN, logU, e, a, b, alpha):
+def log_quanta(logN, logU, e, a, b, alpha, temperature=0.0):
+    """log L = LSE(e, max(a - alpha log N, b - alpha / (1 + alpha) log U)).
+
+    temperature T > 0 replaces the max by its smooth upper bound T * LSE(x / T, y / T), which
+    exceeds the max by at most T log 2; this is exactly SoftQ with tau = alpha / rho = T in its
+    fit coordinates (see the module docstring). The fitter anneals T to 0; 0 is the law itself.
+    """
+    param, data = a - alpha * logN, b - alpha / (1 + alpha) * logU
+    if temperature == 0:
+        return _lse(e, torch.maximum(param, data))
+    return _lse(e, temperature * _lse(param / temperature, data / temperature))
+
+
+def log_quanta_additive(logN, logU, e, a, b, alpha):
     """log L = LSE(e, a - alpha log N, b - alpha / (1 + alpha) log U)."""
     return _lse(e, a - alpha * logN, b - alpha / (1 + alpha) * logU)
 
@@ -181,6 +240,7 @@ COORDS = {
     "chinchilla": [("e", _FREE, _E), ("a", _FREE, _AMP), ("b", _FREE, _AMP),
                    ("alpha", _EXPONENT, _EXP), ("beta", _EXPONENT, _EXP)],
     "quanta": [("e", _FREE, _E), ("a", _FREE, _AMP), ("b", _FREE, _AMP), ("alpha", _EXPONENT, _EXP)],
+    "quanta_additive": [("e", _FREE, _E), ("a", _FREE, _AMP), ("b", _FREE, _AMP), ("alpha", _EXPONENT, _EXP)],
     "softq": [("e", _FREE, _E), ("a_eff", _FREE, _EFF), ("b_eff", _FREE, _EFF),
               ("alpha", _EXPONENT, _EXP), ("tau", _TAU, [0.1, 0.3, 1.0])],
     "muennighoff": [("rd_star", _POSITIVE, _R), ("rn_star", _POSITIVE, _R)],  # step 2 only
@@ -203,10 +263,13 @@ def _coords(law, th, base=None):
     return p
 
 
-def _log_predict(law, p, logN, logU, logD):
+def _log_predict(law, p, logN, logU, logD, temperature=0.0):
     if law == "muennighoff":
         return log_muennighoff(logN, logD, logU, **p)
-    return {"chinchilla": log_chinchilla, "quanta": log_quanta, "softq": log_softq}[law](logN, logU, **p)
+    if law == "quanta":
+        return log_quanta(logN, logU, **p, temperature=temperature)
+    return {"chinchilla": log_chinchilla, "quanta_additive": log_quanta_additive, "softq": log_softq}[law](
+        logN, logU, **p)
 
 
 def _natural(p):
@@ -228,7 +291,7 @@ class Fit:
     params: dict  # keys as in the law's signature
     rmse: float  # in-sample, loss units
     mae: float
-    objective: float  # sum of Huber losses at the optimum
+    objective: float  # sum of Huber losses at the optimum (Quanta: with the exact hard max)
 
     def predict(self, N, U, D=None):
         return predict(self.law, self.params, N, U, D)
@@ -245,40 +308,70 @@ def _one_thread():
         torch.set_num_threads(n)
 
 
-@_one_thread()
+def _lbfgs(objective, theta, iters):
+    """L-BFGS on objective((K, P)) -> (K,) summed over K from theta; returns (theta, values (K,))."""
+    theta = theta.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([theta], lr=1, max_iter=iters, history_size=50, tolerance_grad=1e-12,
+                            tolerance_change=1e-15, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        v = objective(theta).sum()
+        v.backward()
+        return v
+
+    opt.step(closure)
+    with torch.no_grad():
+        return theta.detach(), torch.nan_to_num(objective(theta), nan=math.inf)
+
+
 def _minimise(objective, grid, top=8, max_iter=(100, 500)):
     """Minimise objective((K, P)) -> (K,) from the best `top` grid points; returns (theta, value)."""
     with torch.no_grad():  # screen the whole grid in chunks
         vals = torch.cat([objective(g) for g in torch.split(grid, 4096)])
     vals = torch.nan_to_num(vals, nan=math.inf)
     starts = grid[torch.argsort(vals)[:top]]
-
-    def run(theta, iters):
-        theta = theta.clone().requires_grad_(True)
-        opt = torch.optim.LBFGS([theta], lr=1, max_iter=iters, history_size=50, tolerance_grad=1e-12,
-                                tolerance_change=1e-15, line_search_fn="strong_wolfe")
-
-        def closure():
-            opt.zero_grad()
-            v = objective(theta).sum()
-            v.backward()
-            return v
-
-        opt.step(closure)
-        with torch.no_grad():
-            return theta.detach(), torch.nan_to_num(objective(theta), nan=math.inf)
-
     # All starts as one problem: the objectives are independent, so minimising their sum minimises
     # each. It converges more slowly than a lone start, so a short run ranks them and the winner
     # is polished alone (this reached the best of 40 long single-start runs in our tests).
-    theta, vals = run(starts, max_iter[0])
-    best, val = run(theta[torch.argmin(vals)][None], max_iter[1])
+    theta, vals = _lbfgs(objective, starts, max_iter[0])
+    best, val = _lbfgs(objective, theta[torch.argmin(vals)][None], max_iter[1])
     return best, float(val[0])
 
 
-def _huber_objective(law, logN, logU, logD, logL, base=None):
+# Quanta's max is smoothed only for the optimiser: T * LSE(x/T, y/T) at these temperatures, one
+# L-BFGS pass each, each starting where the previous one ended; the last, 0, is the hard max.
+QUANTA_TEMPERATURES = (0.1, 0.03, 0.01, 0.003, 0.001, 0.0)
+
+
+def _minimise_annealed(make_objective, grid, top=8, temperatures=QUANTA_TEMPERATURES, iters=500):
+    """_minimise at temperatures[0], then one L-BFGS pass per lower temperature from the last end point.
+
+    Returns the end point with the lowest objective at temperatures[-1] (the exact law), and that
+    value: the exact objective judges every pass, so a pass that stalls on a kink cannot win.
+    Each pass minimises its objective divided by its value at the pass's start (the same
+    minimiser): torch's L-BFGS drops curvature pairs with y.s < 1e-10, and near a noise-free
+    optimum (objective ~1e-10) that left the last passes at steepest descent.
+    """
+    exact = make_objective(temperatures[-1])
+    theta, _ = _minimise(make_objective(temperatures[0]), grid, top)
+    with torch.no_grad():
+        best, val = theta, float(exact(theta)[0])
+    for t in temperatures[1:]:
+        objective = make_objective(t)
+        with torch.no_grad():  # the same minimiser, rescaled to start at 1 (see the docstring)
+            scale = objective(theta).clamp_min(1e-300)
+        theta, _ = _lbfgs(lambda th: objective(th) / scale, theta, iters)
+        with torch.no_grad():
+            v = float(torch.nan_to_num(exact(theta), nan=math.inf)[0])
+        if v <= val:
+            best, val = theta, v
+    return best, val
+
+
+def _huber_objective(law, logN, logU, logD, logL, base=None, temperature=0.0):
     def objective(th):
-        r = _log_predict(law, _coords(law, th, base), logN, logU, logD) - logL  # (K, runs)
+        r = _log_predict(law, _coords(law, th, base), logN, logU, logD, temperature) - logL  # (K, runs)
         return F.huber_loss(r, torch.zeros_like(r), reduction="none", delta=HUBER_DELTA).sum(-1)
 
     return objective
@@ -295,11 +388,14 @@ def _runs(N, U, D, loss):
     return N, U, D, loss
 
 
+@_one_thread()
 def fit(law, N, U, D, loss, top=8):
     """Fit `law` to runs (N, U, D, loss) by approach 3; D may be None (= U).
 
-    Minimises sum_i Huber_1e-3(log L_pred(N_i, U_i) - log L_i) with L-BFGS from a grid of starts.
-    Returns a Fit with .params (keys as in the law's signature), in-sample .rmse and .mae.
+    Minimises sum_i Huber_1e-3(log L_pred(N_i, U_i) - log L_i) with L-BFGS from a grid of starts
+    (Quanta: with its max smoothed, the smoothing annealed away; see QUANTA_TEMPERATURES).
+    Returns a Fit with .params (keys as in the law's signature), in-sample .rmse and .mae, and
+    .objective, all computed with the exact law.
     """
     if law not in PARAMS:
         raise ValueError(f"unknown law {law!r}; choose one of {', '.join(LAWS)}")
@@ -320,6 +416,10 @@ def fit(law, N, U, D, loss, top=8):
             params["rd_star"] = PUBLISHED_RD_STAR
         if (N <= muennighoff_U_N(N, U, *(params[k] for k in ("A", "B", "alpha", "beta")))).all():
             params["rn_star"] = PUBLISHED_RN_STAR
+    elif law == "quanta":
+        th, val = _minimise_annealed(lambda t: _huber_objective(law, logN, logU, logD, logL, temperature=t),
+                                     _grid(law), top)
+        params = _natural(_coords(law, th))
     else:
         th, val = _minimise(_huber_objective(law, logN, logU, logD, logL), _grid(law), top)
         params = _natural(_coords(law, th))
@@ -391,33 +491,58 @@ def effective_data_multiplier(law, params, N, U, loss, D=None, lo=1e-3, hi=1e3, 
 # Command line
 
 COLUMNS = ("N", "U", "D", "loss")
+EXPECTED = "a header line N,U,D,loss then one row per run (D = tokens seen; D = U for single-epoch runs)"
+
+
+class InputError(ValueError):
+    """A problem with the user's input, worded as one line that names the input and the fix."""
 
 
 def read_runs(path):
-    """Read a CSV with columns N,U,D,loss (one row per run) -> dict of float arrays."""
+    """Read a CSV with columns N,U,D,loss (one row per run) -> dict of float arrays.
+
+    Raises InputError (one line naming the file and the fix) for an unreadable file, a missing
+    column, a missing, non-numeric, non-finite or non-positive value, or D < U.
+    """
     try:
         with open(path, newline="") as f:
-            rows = [row for row in csv.reader(f) if any(x.strip() for x in row)]
+            rows = [(i, row) for i, row in enumerate(csv.reader(f), 1) if any(x.strip() for x in row)]
     except FileNotFoundError:
-        raise SystemExit(f"error: {path}: no such file")
-    header = [h.strip() for h in rows[0]] if rows else []
+        raise InputError(f"{path}: no such file; give the path of a CSV with {EXPECTED}") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory; give the path of a CSV file with {EXPECTED}") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied; make the file readable") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"{path}: not a readable CSV ({e}); give a text CSV with {EXPECTED}") from None
+    if not rows:
+        raise InputError(f"{path}: the file is empty; it needs {EXPECTED}")
+    header = [h.strip() for h in rows[0][1]]
     missing = [c for c in COLUMNS if c not in header]
     if missing:
-        raise SystemExit(f"error: {path}: missing column(s) {', '.join(missing)}; expected columns "
-                         f"N,U,D,loss (D = tokens seen; D = U for single-epoch runs), found {','.join(header)}")
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (found {','.join(header)}); "
+                         f"the file needs {EXPECTED}")
     if len(rows) < 2:
-        raise SystemExit(f"error: {path}: no runs (expected one row per run under the header)")
+        raise InputError(f"{path}: no runs under the header; add one row per run (N,U,D,loss)")
     runs = {}
     for c in COLUMNS:
-        i = header.index(c)
-        try:
-            runs[c] = np.array([float(row[i]) for row in rows[1:]])
-        except (IndexError, ValueError):
-            raise SystemExit(f"error: {path}: column {c} has a missing or non-numeric value")
-        if not (np.isfinite(runs[c]).all() and (runs[c] > 0).all()):
-            raise SystemExit(f"error: {path}: column {c} must be finite and > 0 in every row")
-    if (runs["D"] < runs["U"] * (1 - 1e-9)).any():
-        raise SystemExit(f"error: {path}: D < U in some rows (D counts every token seen, so D >= U)")
+        j = header.index(c)
+        values = []
+        for line, row in rows[1:]:
+            cell = row[j].strip() if j < len(row) else ""
+            try:
+                v = float(cell)
+            except ValueError:
+                raise InputError(f"{path}: line {line}: column {c} is {cell!r}, not a number; "
+                                 f"write a number (e.g. 1.5e9) in every row") from None
+            if not (math.isfinite(v) and v > 0):
+                raise InputError(f"{path}: line {line}: column {c} is {cell}; it must be finite and > 0")
+            values.append(v)
+        runs[c] = np.array(values)
+    bad = np.flatnonzero(runs["D"] < runs["U"] * (1 - 1e-9))
+    if len(bad):
+        raise InputError(f"{path}: line {rows[1 + bad[0]][0]}: D < U (D counts every token seen, so D >= U; "
+                         f"D = U for a single-epoch run)")
     return runs
 
 
@@ -425,10 +550,15 @@ def _fmt(params):
     return " ".join(f"{k}={v:.4g}" for k, v in params.items())
 
 
+def _enough(path, n, law):
+    if n < len(PARAMS[law]):
+        raise InputError(f"{path}: {n} run(s) are too few to fit {law}'s {len(PARAMS[law])} parameters; "
+                         f"give at least {len(PARAMS[law])} runs")
+
+
 def cmd_fit(args):
     r = read_runs(args.csv)
-    if len(r["N"]) < len(PARAMS[args.law]):
-        raise SystemExit(f"error: {args.csv}: {len(r['N'])} runs are too few for {len(PARAMS[args.law])} parameters")
+    _enough(args.csv, len(r["N"]), args.law)
     f = fit(args.law, r["N"], r["U"], r["D"], r["loss"])
     print(f"{args.law} on {len(r['N'])} runs: {_fmt(f.params)}")
     print(f"in-sample RMSE {f.rmse:.5f}  MAE {f.mae:.5f}")
@@ -439,6 +569,12 @@ def cmd_fit(args):
 def cmd_compare(args):
     r = read_runs(args.csv)
     N, U, D, L = r["N"], r["U"], r["D"], r["loss"]
+    for law in LAWS:
+        _enough(args.csv, len(N), law)
+    if args.png:  # fail before the fits, not after
+        folder = os.path.dirname(os.path.abspath(args.png))
+        if not os.path.isdir(folder):
+            raise InputError(f"--png {args.png}: no folder {folder}; create it or choose another path")
     budgets = np.unique(U)
     print(f"{len(N)} runs, N {N.min():.3g}..{N.max():.3g}, "
           f"{len(budgets)} budgets U {budgets.min():.3g}..{budgets.max():.3g}")
@@ -451,16 +587,17 @@ def cmd_compare(args):
 
     print(f"fan-out of the data: {fan(L)} loss per decade of N "
           f"(L at U={budgets.min():.3g} minus L at U={budgets.max():.3g})")
-    print(f"extrapolation: fit without U={budgets.max():.3g}, error on it")
-    print(f"{'law':<12} {'RMSE':>8} {'MAE':>8} {'ext RMSE':>9} {'ext MAE':>8} {'fan-out':>8}  parameters")
+    print(f"extrapolation: fit without U={budgets.max():.3g}, error on it "
+          f"(n/a: one budget, or too few runs without it)")
+    print(f"{'law':<16} {'RMSE':>8} {'MAE':>8} {'ext RMSE':>9} {'ext MAE':>8} {'fan-out':>8}  parameters")
     fits = {}
     for law in LAWS:
         fits[law] = f = fit(law, N, U, D, L)
         ext = f"{'n/a':>9} {'n/a':>8}"
-        if len(budgets) > 1:
+        if len(budgets) > 1 and (U < budgets.max()).sum() >= len(PARAMS[law]):
             x = extrapolate(law, N, U, D, L)
             ext = f"{x.rmse:9.5f} {x.mae:8.5f}"
-        print(f"{law:<12} {f.rmse:8.5f} {f.mae:8.5f} {ext} {fan(f.predict(N, U, D)):>8}  {_fmt(f.params)}")
+        print(f"{law:<16} {f.rmse:8.5f} {f.mae:8.5f} {ext} {fan(f.predict(N, U, D)):>8}  {_fmt(f.params)}")
     if args.png:
         plot(N, U, D, L, fits, args.png)
         print(f"wrote {args.png}")
@@ -468,14 +605,18 @@ def cmd_compare(args):
 
 def plot(N, U, D, L, fits, path):
     """Loss vs N per budget U (points), each law's fitted curves in its own panel."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("--png needs matplotlib: pip install matplotlib (or leave out --png)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     budgets = np.unique(U)
     colors = plt.cm.viridis(np.linspace(0, 0.9, len(budgets)))
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
+    cols = math.ceil(len(fits) / 2)
+    fig, axes = plt.subplots(2, cols, figsize=(5.5 * cols, 8), sharex=True, sharey=True, squeeze=False)
     grid = np.geomspace(N.min(), N.max(), 100)
     for ax, (law, f) in zip(axes.flat, fits.items()):
         for u, c in zip(budgets, colors):
@@ -486,30 +627,57 @@ def plot(N, U, D, L, fits, path):
             ax.scatter(N[m], L[m], color=c, s=12, label=f"U={u:.2g}")
             ax.plot(grid, f.predict(grid, np.full_like(grid, u), d), color=c, lw=1)
         ax.set(xscale="log", yscale="log", xlabel="N (parameters)", ylabel="loss", title=f"{law}  RMSE {f.rmse:.4f}")
+    for j in range(len(fits) - cols, cols):  # an empty bottom panel: its column's top one shows the N ticks
+        axes[1, j].set_visible(False)
+        axes[0, j].xaxis.set_tick_params(labelbottom=True)
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise InputError(f"--png {path}: cannot write it ({e.strerror or e}); choose a writable path") from None
+    except ValueError as e:  # e.g. an extension matplotlib has no writer for
+        raise InputError(f"--png {path}: {e}; end the path in .png") from None
+    finally:
+        plt.close(fig)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a command-line error is one line on stderr (exit 2), not usage + error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see python {self.prog} --help)\n")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Fit and compare scaling laws L(N, U[, D]) on a CSV of runs "
-                                "with columns N (parameters), U (unique tokens), D (tokens seen, >= U), loss.",
-                                epilog="laws: " + "; ".join(f"{k}({', '.join(v)})" for k, v in PARAMS.items())
-                                + ". Examples: python scaling.py fit runs.csv --law softq --json; "
-                                "python scaling.py compare runs.csv --png laws.png")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    """The command line. A bad input (file, column, value, too few runs) or a bad command line ends
+    in one line on stderr, `scaling.py: error: ...`, naming the input and the fix, and SystemExit
+    with status 1 (input) or 2 (command line); no traceback."""
+    p = _Parser(prog="scaling.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Fit and compare scaling laws L(N, U[, D]) on a CSV of runs with columns\n"
+                "N (parameters), U (unique tokens), D (tokens seen, >= U), loss.",
+                epilog="laws (parameters): what they are\n"
+                + "".join(f"  {k} ({', '.join(v)}): {DESCRIPTION[k]}\n" for k, v in PARAMS.items())
+                + "examples:\n  python scaling.py fit runs.csv --law softq --json\n"
+                "  python scaling.py compare runs.csv --png laws.png")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{fit,compare}")
     f = sub.add_parser("fit", help="fit one law and print its parameters, RMSE and MAE")
     f.add_argument("csv", help="CSV with columns N,U,D,loss, one row per run")
-    f.add_argument("--law", choices=LAWS, required=True, help="which law to fit")
+    f.add_argument("--law", choices=LAWS, required=True,
+                   help="which law to fit: " + "; ".join(f"{k}: {v}" for k, v in DESCRIPTION.items()))
     f.add_argument("--json", action="store_true", help="print the fitted parameters as JSON on the last line")
     f.set_defaults(run=cmd_fit)
-    c = sub.add_parser("compare", help="fit every law; table of parameters, RMSE, MAE, extrapolation error")
+    c = sub.add_parser("compare", help="fit every law (" + ", ".join(LAWS) + "); table of parameters, "
+                       "RMSE, MAE, extrapolation error, fan-out")
     c.add_argument("csv", help="CSV with columns N,U,D,loss, one row per run")
     c.add_argument("--png", help="write a plot of loss vs N per budget U with each law's curves here")
     c.set_defaults(run=cmd_compare)
     args = p.parse_args(argv)
-    args.run(args)
+    try:
+        args.run(args)
+    except InputError as e:
+        print(f"scaling.py: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, whatever e holds
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":
