@@ -1,0 +1,207 @@
+"""
+Diagnostic tasks with exact-answer accuracy: haystack, (reversed) addition, multiplication, sorting.
+Jiang, Shinnick et al., arXiv 2601.21725, the algorithmic diagnostics (authors' code:
+downstream/algorithmic_tasks/task_*.py), rewritten with numpy in one shared task vocabulary.
+
+Every record is prompt + answer, PAD-padded to a fixed length S; the loss mask covers the
+answer span only (the authors train on answers only: `wanted` in task_forwardaddition.py:73).
+Vocabulary (174 ids): digits 0-9 = ids 0-9, '+' 10, '*' 11, '=' 12, ',' 13, '?' 14,
+END '$' 15, PAD '_' 16, keys k0..k29 = 17..46, values v1..v127 = 47..173.
+
+  haystack           k v k v ... ? k -> v            1..30 pairs (distinct keys), S = 63;
+                     as task_condattendstream.py:22-35 (30 keys, values 1..127, answer = the
+                     queried key's value, no END), with '?' + key instead of a query-key alphabet
+  addition           12345+54321= -> 66666$          5-digit operands, S = 19 (forwardaddition_5)
+  reversed_addition  54321+12345= -> 66666$          operands and sum least-significant digit
+                     first, 10-digit operands, S = 34 (the authors' additionstream_10)
+  multiplication     12345*54321= -> 670592745$      5 x 5 digits, S = 23 (multiplication_5)
+  sorting            07,42,07,...= -> 07,07,42,...$  8 two-digit numbers (ours: the authors'
+                     code has no sorting task), S = 48
+
+Operands have exactly `digits` digits (no leading zero) as in the authors' drawnum(); results
+are written without leading zeros. The END token is part of the answer (the authors train on
+their stop token too), so an exact answer also knows where it stops. Train and test records
+come from different seeds, and every test record that also occurs in train is dropped.
+
+Exact-answer accuracy: `answer_accuracy(pred, targets, mask)` takes the model's argmax
+predictions with the true prefix fed (teacher forcing). It equals greedy decoding of the
+answer span: if every earlier answer token was predicted right, the greedy prefix IS the true
+prefix, so greedy and teacher-forced argmax agree up to the first wrong token; a record is
+exact under greedy decoding iff every teacher-forced argmax on its (contiguous) span is right.
+`greedy_decode_accuracy` decodes token by token, as the slow reference.
+"""
+
+import numpy as np
+
+from .common import Corpus
+from .procedural import drop_seen
+
+TASKS = ("haystack", "addition", "reversed_addition", "multiplication", "sorting")
+PLUS, TIMES, EQ, COMMA, QUERY, END, PAD = range(10, 17)
+N_KEYS, N_VALUES = 30, 127
+KEY0, VAL0 = 17, 17 + N_KEYS
+VOCAB = VAL0 + N_VALUES                      # 174
+DEFAULTS = {"haystack": dict(pairs=N_KEYS), "addition": dict(digits=5), "reversed_addition": dict(digits=10),
+            "multiplication": dict(digits=5), "sorting": dict(items=8)}
+TRAIN, TEST = 40_000, 4_000                  # the authors' train_size / eval_size
+
+
+def check_task(name):
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+    return name
+
+
+def _digits(x, width):
+    """(n, width) decimal digits of x, most significant first, zero-padded."""
+    return (x[:, None] // 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)) % 10
+
+
+def _number(x, width, reverse=False):
+    """x written without leading zeros (least significant first if reverse), then END, then
+    PAD, in width + 1 columns."""
+    n_digits = 1 + sum((x >= 10 ** j).astype(np.int64) for j in range(1, width))
+    d = _digits(x, width)
+    d = d[:, ::-1] if reverse else np.take_along_axis(
+        d, np.minimum(np.arange(width) + (width - n_digits)[:, None], width - 1), axis=1)
+    out = np.full((len(x), width + 1), PAD, np.int64)
+    cols = np.arange(width + 1)
+    out[cols < n_digits[:, None]] = d[cols[:width] < n_digits[:, None]]
+    out[np.arange(len(x)), n_digits] = END
+    return out
+
+
+def _arithmetic(rng, n, digits, op):
+    if digits > (9 if op == "*" else 17):
+        raise ValueError(f"{digits}-digit operands overflow int64")
+    a, b = (rng.integers(10 ** (digits - 1), 10 ** digits, n) for _ in range(2))
+    rev = op == "r+"
+    res, width = (a * b, 2 * digits) if op == "*" else (a + b, digits + 1)
+    da, db = (_digits(v, digits)[:, ::-1] if rev else _digits(v, digits) for v in (a, b))
+    col = lambda v: np.full((n, 1), v, np.int64)
+    prompt = np.hstack([da, col(TIMES if op == "*" else PLUS), db, col(EQ)])
+    return prompt, _number(res, width, rev)
+
+
+def _haystack(rng, n, pairs):
+    """1..pairs key/value pairs, distinct keys, a query '?' + one of the keys, answer its value."""
+    m = rng.integers(1, pairs + 1, n)                        # how many pairs
+    keys = np.argsort(rng.random((n, N_KEYS)), axis=1)[:, :pairs]
+    values = rng.integers(1, N_VALUES + 1, (n, pairs))
+    q = (rng.random(n) * m).astype(np.int64)                 # which pair is asked
+    rows = np.arange(n)
+    rec = np.full((n, 2 * pairs + 3), PAD, np.int64)
+    rec[:, 0:2 * pairs:2], rec[:, 1:2 * pairs:2] = KEY0 + keys, VAL0 - 1 + values
+    rec[np.arange(2 * pairs + 3) >= 2 * m[:, None]] = PAD
+    rec[rows, 2 * m], rec[rows, 2 * m + 1] = QUERY, KEY0 + keys[rows, q]
+    rec[rows, 2 * m + 2] = VAL0 - 1 + values[rows, q]
+    mask = np.zeros(rec.shape, np.uint8)
+    mask[rows, 2 * m + 2] = 1
+    return rec, mask
+
+
+def _sorting(rng, n, items):
+    """items two-digit numbers (00..99) separated by ',', then '=', then the same sorted, END."""
+    x = rng.integers(0, 100, (n, items))
+
+    def listing(v):
+        d = np.stack([v // 10, v % 10, np.full_like(v, COMMA)], axis=2).reshape(n, 3 * items)
+        return d[:, :-1]
+    return np.hstack([listing(x), np.full((n, 1), EQ)]), np.hstack([listing(np.sort(x, 1)), np.full((n, 1), END)])
+
+
+def generate_task(name, n, seed=0, **options):
+    """n records of a task: (tokens uint16 (n, S), loss_mask uint8 (n, S)), the mask 1 on the
+    answer span (END included), deterministic in (name, n, seed, options). Options: pairs
+    (haystack), digits (the arithmetic tasks), items (sorting)."""
+    o = {**DEFAULTS[check_task(name)], **options}
+    if set(o) != set(DEFAULTS[name]):
+        raise ValueError(f"{name} takes the options {sorted(DEFAULTS[name])}, not {sorted(set(o) - set(DEFAULTS[name]))}")
+    seed = [int(s) for s in seed] if isinstance(seed, (tuple, list)) else [int(seed)]
+    rng = np.random.default_rng([*seed, TASKS.index(name)])
+    if name == "haystack":
+        tokens, mask = _haystack(rng, n, o["pairs"])
+    else:
+        prompt, answer = (_sorting(rng, n, o["items"]) if name == "sorting" else
+                          _arithmetic(rng, n, o["digits"], {"addition": "+", "reversed_addition": "r+",
+                                                            "multiplication": "*"}[name]))
+        tokens = np.hstack([prompt, answer])
+        mask = np.zeros(tokens.shape, np.uint8)
+        mask[:, prompt.shape[1]:] = answer != PAD
+    return tokens.astype(np.uint16), mask
+
+
+def task_split(name, seed=0, n_train=TRAIN, n_test=TEST, **options):
+    """The fixed split: train from seed (seed, 0), test from (seed, 1) minus every record that
+    also occurs in train. Returns train_tokens, train_mask, test_tokens, test_mask."""
+    train, train_mask = generate_task(name, n_train, (seed, 0), **options)
+    test, test_mask = generate_task(name, n_test + n_test // 4 + 10, (seed, 1), **options)
+    fresh = drop_seen(test, train)
+    if fresh.sum() < n_test:
+        raise ValueError(f"task {name}: only {fresh.sum()} of the test problems are not in the training "
+                         f"set; ask for fewer (task_test) or a larger problem space")
+    return train, train_mask, test[fresh][:n_test], test_mask[fresh][:n_test]
+
+
+# ----------------------------------------------------------------------------------------------
+# exact-answer accuracy
+
+def _np(a):
+    return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+
+def answer_accuracy(pred, targets, mask):
+    """Share of records whose answer is exactly right: pred (B, T) are argmax next-token
+    predictions with the true prefix fed, aligned with targets (B, T) and mask (B, T) (for
+    records `rows`, pred = argmax(model(rows[:, :-1])), targets = rows[:, 1:], mask =
+    mask[:, 1:]). A record counts iff every masked position is right; records without an
+    answer position are left out. Equal to greedy decoding of the span (module docstring)."""
+    pred, targets, mask = _np(pred), _np(targets), _np(mask).astype(bool)
+    has = mask.any(-1)
+    right = ~((pred != targets) & mask).any(-1)
+    return float(right[has].mean()) if has.any() else float("nan")
+
+
+def greedy_decode_accuracy(next_token_fn, tokens, mask):
+    """The slow reference: feed each record's prompt, decode its answer span token by token
+    (next_token_fn: (B, t) int64 array -> (B,) next ids, fed its own earlier outputs), and count
+    the records whose decoded span equals the answer at every masked position."""
+    tokens, mask = _np(tokens).astype(np.int64), _np(mask).astype(bool)
+    has = mask.any(1)
+    if mask[:, 0].any():
+        raise ValueError("position 0 has no context to be predicted from")
+    S = tokens.shape[1]
+    start = np.where(has, mask.argmax(1), S)
+    end = np.where(has, S - 1 - mask[:, ::-1].argmax(1), -1)
+    cur = tokens.copy()
+    for t in range(int(start.min()), int(end.max()) + 1):
+        rows = (start <= t) & (t <= end)
+        if rows.any():
+            cur[rows, t] = _np(next_token_fn(cur[rows, :t])).reshape(-1)
+    right = ((cur == tokens) | ~mask).all(1)
+    return float(right[has].mean()) if has.any() else float("nan")
+
+
+# ----------------------------------------------------------------------------------------------
+# the loader for the stage of a task
+
+SYMBOLS = [str(d) for d in range(10)] + list("+*=,?$_") + [f" k{i} " for i in range(N_KEYS)] + \
+          [f" v{i} " for i in range(1, N_VALUES + 1)]
+
+
+def decode(ids):
+    """Token ids -> text: '12345+54321=66666$', 'k3 v17 k8 v2 ? k3 v17'."""
+    return " ".join("".join(SYMBOLS[i] for i in np.asarray(ids).reshape(-1).tolist()).split())
+
+
+def load_task(name, cache=None, seed=0, task_train=None, task_test=None, **_):
+    """Corpus for a task: train = task_train records (default 40,000), val = the fixed TEST
+    split (task_test, default 4,000), both flattened record after record (info["seq_len"] = S),
+    masks likewise. Generation takes well under a second: nothing is cached (`cache` unused)."""
+    train, train_mask, test, test_mask = task_split(check_task(name), seed, int(task_train or TRAIN),
+                                                    int(task_test or TEST))
+    S = train.shape[1]
+    info = dict(seq_len=S, task=name, tokenizer=f"tasks-{VOCAB}", options=DEFAULTS[name],
+                train_records=len(train), test_records=len(test), source="generated, arXiv 2601.21725 diagnostics")
+    return Corpus(name=f"task:{name}", vocab_size=VOCAB, train=train.reshape(-1), val=test.reshape(-1),
+                  decode=decode, train_mask=train_mask.reshape(-1), val_mask=test_mask.reshape(-1), info=info)

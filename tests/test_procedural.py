@@ -1,0 +1,231 @@
+"""Procedural data (data/procedural.py): every generator against an independent plain-python
+checker, the loss masks, the shuffled control, seeds, mixtures and the loader."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from data import procedural as P
+
+V, SEP, PAD = 100, 100, 101
+N = 150
+
+
+def rows(kind, n=N, seed=0, **o):
+    tokens, mask = P.generate(kind, n, seed, **o)
+    assert tokens.shape == mask.shape == (n, P.seq_len(kind, **o))
+    assert tokens.dtype == np.uint16 and mask.dtype == np.uint8
+    return tokens.tolist(), mask.tolist()
+
+
+def split(row):
+    """(parts between SEPs before the answer, answer without PAD) of a reference-layout row."""
+    last = max(i for i, t in enumerate(row) if t == SEP)
+    head, parts, cur = row[:last], [], []
+    for t in head:
+        if t == SEP:
+            parts.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    parts.append(cur)
+    answer = row[last + 1:]
+    k = answer.index(PAD) if PAD in answer else len(answer)
+    assert all(t == PAD for t in answer[k:])
+    return parts, answer[:k], last
+
+
+def dedupe(xs):
+    out = []
+    for t in xs:
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def delete_first(xs, r):
+    return xs[:xs.index(r)] + xs[xs.index(r) + 1:] if r in xs else list(xs)
+
+
+def run_stack(ops):
+    st = []
+    for op in ops:
+        if op == 0:
+            assert st, "pop on an empty stack"
+            st.pop()
+        else:
+            assert op not in st, "pushed a token already on the stack"
+            st.append(op)
+    return st[::-1]
+
+
+CHECKS = {
+    "identity": lambda p: p[0],
+    "reverse": lambda p: p[0][::-1],
+    "sort": lambda p: sorted(p[0]),
+    "set": lambda p: dedupe(p[0]),
+    "union": lambda p: dedupe(p[0] + p[1]),
+    "delete": lambda p: delete_first(p[0], p[1][0]),
+    "stack": lambda p: run_stack(p[0]),
+}
+
+
+@pytest.mark.parametrize("kind", list(CHECKS))
+def test_sequence_kinds_answer_and_mask(kind):
+    tokens, mask = rows(kind)
+    L = 64
+    for row, m in zip(tokens, mask):
+        parts, answer, last = split(row)
+        assert answer == CHECKS[kind](parts)
+        sizes = {"union": [L // 2, L // 2], "delete": [L, 1]}.get(kind, [L])
+        assert [len(p) for p in parts] == sizes
+        assert all(1 <= t < V for p in parts for t in p if not (kind == "stack" and t == 0))
+        # the loss mask covers exactly the answer's tokens
+        assert m == [1 if i > last and t != PAD else 0 for i, t in enumerate(row)]
+
+
+def test_stack_follows_the_authors_program_shape():
+    tokens, _ = rows("stack", n=400)
+    L = 64
+    pushes_early = sum(t != 0 for r in tokens for t in r[1:int(L * 2 / 3)])
+    pushes_late = sum(t != 0 for r in tokens for t in r[int(L * 2 / 3):L - 1])
+    assert pushes_early / (400 * (int(L * 2 / 3) - 1)) > 0.6 and pushes_late / (400 * (L - 1 - int(L * 2 / 3))) < 0.5
+    assert all(len(split(r)[1]) >= 1 for r in tokens)       # the stack never ends empty
+
+
+def test_delete_share_of_rows_with_r():
+    tokens, _ = rows("delete", n=4000)
+    share = np.mean([split(r)[0][1][0] in split(r)[0][0] for r in tokens])
+    assert abs(share - (1 - (1 - 1 / 99) ** 64)) < 0.03
+
+
+def check_dyck(row, k):
+    stack = []
+    for t in row:
+        if t < k:
+            stack.append(t)
+        else:
+            assert k <= t < 2 * k and stack and stack.pop() == t - k, "closes a bracket that is not the most recent"
+    assert not stack, "unbalanced"
+
+
+def check_dyck_shuffle(row, k, max_depth):
+    count = Counter()
+    nested = True
+    stack = []
+    for t in row:
+        if t < k:
+            count[t] += 1
+            stack.append(t)
+        else:
+            assert count[t - k] > 0, "closes a type that is not open"
+            count[t - k] -= 1
+            nested &= stack[-1] == t - k
+            stack.remove(t - k)
+        assert sum(count.values()) <= max_depth
+    assert not +count, "unbalanced"
+    return nested
+
+
+def test_dyck_balanced_and_nested():
+    tokens, mask = rows("dyck")
+    for row in tokens:
+        check_dyck(row, 64)
+    assert np.all(np.array(mask) == 1)
+    for row in rows("dyck", n=20, k=2, length=40)[0]:
+        check_dyck(row, 2)
+
+
+def test_dyck_shuffle_balanced_per_type_not_always_nested():
+    tokens, mask = rows("dyck_shuffle", k=4)
+    nested = [check_dyck_shuffle(r, 4, 16) for r in tokens]
+    assert not all(nested)
+    assert max(max(r) for r in tokens) <= 7 and np.all(np.array(mask) == 1)
+    for row in rows("dyck_shuffle", n=50, max_depth=3)[0]:
+        check_dyck_shuffle(row, 64, 3)
+
+
+def test_eca110_rows_follow_the_rule_on_a_ring():
+    w, n_rows = 9, 5
+    tokens, mask = rows("eca110", width=w, rows=n_rows)
+    table = {(1, 1, 1): 0, (1, 1, 0): 1, (1, 0, 1): 1, (1, 0, 0): 0,
+             (0, 1, 1): 1, (0, 1, 0): 1, (0, 0, 1): 1, (0, 0, 0): 0}
+    for row, m in zip(tokens, mask):
+        grid = [row[r * (w + 1): r * (w + 1) + w] for r in range(n_rows)]
+        assert all(row[r * (w + 1) + w] == 2 for r in range(n_rows - 1))
+        for a, b in zip(grid, grid[1:]):
+            assert b == [table[(a[i - 1], a[i], a[(i + 1) % w])] for i in range(w)]
+        assert m == [0] * (w + 1) + [0 if (i + 1) % (w + 1) == 0 else 1 for i in range(w + 1, len(row))]
+
+
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_shuffled_control_keeps_tokens_and_mask(kind):
+    tokens, mask = P.generate(kind, 60, seed=3)
+    shuf, shuf_mask = P.generate(kind, 60, seed=3, shuffled=True)
+    assert np.array_equal(mask, shuf_mask)
+    assert all(Counter(a) == Counter(b) for a, b in zip(tokens.tolist(), shuf.tolist()))
+    assert (tokens != shuf).mean() > 0.3
+    pad = P.vocab_size(kind) - 1
+    assert np.array_equal(tokens == pad, shuf == pad)          # PAD stays put
+
+
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_deterministic_by_seed(kind):
+    a, am = P.generate(kind, 30, seed=5)
+    b, bm = P.generate(kind, 30, seed=5)
+    c, _ = P.generate(kind, 30, seed=6)
+    assert np.array_equal(a, b) and np.array_equal(am, bm) and not np.array_equal(a, c)
+    assert a.max() < P.vocab_size(kind)
+
+
+def test_mixture_rows_belong_to_one_kind_in_the_shared_vocabulary():
+    spec = "dyck+stack+eca110+sort-shuffled"
+    tokens, mask, which = P.mixture(spec, 200, seed=1, k=3, length=20)
+    lay = P.mixture_layout(spec, k=3, length=20)
+    assert tokens.shape == (200, lay["seq_len"]) == (200, 129)
+    assert lay["vocab_size"] == 101 + 6 + 3 + 1 and tokens.max() <= lay["pad"]
+    assert sorted(Counter(which.tolist()).values()) == [50] * 4
+    assert np.array_equal(which, P.mixture(spec, 200, seed=1, k=3, length=20)[2])
+    for row, m, w in zip(tokens.tolist(), mask.tolist(), which.tolist()):
+        kind = ["dyck", "stack", "eca110", "sort"][w]
+        o = dict(k=3, length=20) if kind == "dyck" else {}
+        off, S, vocab = lay["offset"][kind], P.seq_len(kind, **o), P.vocab_size(kind, **o)
+        body, tail = row[:S], row[S:]
+        assert all(t == lay["pad"] for t in tail) and not any(m[S:])
+        own = [vocab - 1 if t == lay["pad"] else t - off for t in body]
+        assert all(0 <= t < vocab for t in own)
+        if kind == "dyck":
+            check_dyck(own, 3)
+        elif kind == "stack":
+            parts, answer, _ = split(own)
+            assert answer == run_stack(parts[0])
+        elif kind == "sort":
+            counts = Counter(own)                 # shuffled x + SEP + sorted(x): one SEP, pairs
+            assert counts.pop(SEP) == 1 and all(c % 2 == 0 for c in counts.values())
+    assert "(" in P.decode(tokens[which == 0][0], spec, k=3, length=20)
+
+
+def test_bad_spec_lists_kinds():
+    for bad in ("dyk", "dyck+nope", "", "shuffled:"):
+        with pytest.raises(ValueError, match="valid kinds: identity"):
+            P.check_spec(bad)
+    assert P.check_spec("dyck-shuffled+stack") == [("dyck", True), ("stack", False)]
+    assert P.check_spec("shuffled:dyck+stack") == [("dyck", True), ("stack", True)]
+    with pytest.raises(ValueError):
+        P.generate("dyck", 2, L=3)
+
+
+def test_loader_corpus(capsys):
+    c = P.load_procedural("union+dyck", None, seed=0, block_size=128, procedural_sequences=400)
+    S = c.info["seq_len"]
+    assert S - 1 <= 128 and c.info["options"]["L"] == 62 and "L=62" in capsys.readouterr().err
+    assert len(c.train) == 400 * S and len(c.val) == 200 * S and c.train_mask.shape == c.train.shape
+    assert c.vocab_size == 101 + 128 + 1 and c.info["tokenizer"] == f"procedural-{c.vocab_size}"
+    tr, va = c.train.reshape(-1, S), c.val.reshape(-1, S)
+    assert not set(map(bytes, tr)) & set(map(bytes, va))    # validation rows are fresh draws
+    assert isinstance(c.decode(tr[0]), str)
+    d = P.load_procedural("identity", None, seed=1, block_size=128, procedural_sequences=100)
+    assert d.info["seq_len"] == 129 and d.vocab_size == 102 and d.info["options"]["L"] == 64
+    e = P.load_procedural("identity", None, seed=1, block_size=128, procedural_sequences=100)
+    assert np.array_equal(d.train, e.train) and not np.array_equal(
+        d.train, P.load_procedural("identity", None, seed=2, procedural_sequences=100).train)
