@@ -2,8 +2,10 @@
 Train one GPT through a curriculum of stages: `python train.py --stages poetry,prose`.
 
 Each stage loads its corpus (data.load), builds a fresh GPT for that corpus's vocabulary,
-receives the previous stage's weights, and trains for its budget; the loop is visible top to
-bottom below (batch -> forward -> backward -> clip -> AdamW -> eval / log / checkpoint).
+receives the previous stage's weights (transfer.py), and trains for its budget; the loop is
+visible top to bottom in `run` (batch -> objective -> backward -> clip -> AdamW -> ProRes ->
+eval / log / checkpoint). The objective is next-token prediction, MIR (mir.py) or masked
+diffusion (diffusion.py), each entering the loop through one call, `objective.loss(...)`.
 Single process:   python train.py --stages poetry,prose
 Distributed:      torchrun --standalone --nproc_per_node=2 train.py --stages poetry,prose
                   (DDP; gloo on CPU, nccl on GPU; --batch-size is per process)
@@ -14,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import time
 from contextlib import nullcontext
@@ -28,13 +29,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import data
+import diffusion
+import mir
 import prores
 import transfer
-from data.common import atomic_write_bytes
-from model import GPT, GPTConfig, NORMS
+from checkpoint import (check_resume_args, load_checkpoint, load_state_checked, read_checkpoint,  # noqa: F401
+                        save_checkpoint, stage_file, trim_metrics)
+from data.common import UserError, atomic_write_bytes
+from model import GPT, GPTConfig, GROUPS, INITS, NORMS
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError):
     pass
 
 
@@ -66,6 +71,17 @@ def parse_args(argv=None):
                         "(the paper compares 12k and 36k; default: all)")
     g.add_argument("--synthetic-tokens", type=int, default=600_000,
                    help="training tokens of the music-synthetic stage (default: %(default)s)")
+    g.add_argument("--procedural-sequences", type=int, default=None,
+                   help="training sequences generated for procedural:* stages (default: 20,000)")
+    g.add_argument("--task-train", type=int, default=None, help="training records of task:* stages (default: 40,000)")
+    g.add_argument("--task-test", type=int, default=None, help="test records of task:* stages (default: 4,000)")
+    g.add_argument("--math-problems", type=int, default=None, help="problems generated for the math stage")
+    g.add_argument("--unique-tokens", type=float, default=None, metavar="U",
+                   help="keep only the first U training tokens of every stage (the data-constrained regime; "
+                        "with --epochs E the run sees D = E x U tokens)")
+    g.add_argument("--data-seed", type=int, default=0,
+                   help="seeds everything that selects or generates data (music chunks, synthetic music, "
+                        "procedural and task data), so runs of several --seed see the same data (default: 0)")
     g.add_argument("--data-dir", default=None, help="a folder holding local copies of official datasets")
     g.add_argument("--cache-dir", default=None,
                    help="where prepared corpora are cached (default: $PRELUDE_CACHE or ~/.cache/prelude)")
@@ -85,23 +101,46 @@ def parse_args(argv=None):
     g.add_argument("--no-bias", action="store_true", help="no biases in Linear layers and LayerNorms")
     g.add_argument("--no-tie", action="store_true", help="untie the LM head from the token embedding")
     g.add_argument("--norm", default="pre", choices=NORMS,
-                   help="norm placement: pre (GPT-2), post, sandwich, deepnorm, lns (LayerNorm-Scaling)")
+                   help="norm placement: pre (GPT-2), post, sandwich, deepnorm (with DeepNet's init), lns "
+                        "(LayerNorm-Scaling: norm output x fixed 1/sqrt(l)), lns-init (the ProRes authors' "
+                        "variant: learnable norm weights that start at 1/sqrt(l))")
+    g.add_argument("--init", default="gpt2", choices=INITS,
+                   help="gpt2: N(0, 0.02) with the residual projections at 0.02/sqrt(2L) (default); plain: "
+                        "N(0, 0.02) everywhere, the ProRes authors' baselines")
+
+    g = p.add_argument_group("objective (one call in the loop: mir.py, diffusion.py)")
+    g.add_argument("--objective", default="ar", choices=("ar", "mdlm"),
+                   help="ar: next-token prediction (default); mdlm: masked diffusion, bidirectional, the "
+                        "data-constrained paper's baseline (validation loss = its NLL bound)")
+    g.add_argument("--mir", action="store_true",
+                   help="Masked-Input Regularization: loss = NTP(x, y) + lambda * NTP(masked x, y), one extra "
+                        "[MASK] vocabulary row (arXiv 2606.06888)")
+    g.add_argument("--mir-lambda", type=float, default=0.4, help="weight of the masked copy's loss (default: %(default)s)")
+    g.add_argument("--mir-ratio", default="0.0,0.5",
+                   help="range of the per-sequence mask ratio, LO,HI (default: %(default)s)")
+    g.add_argument("--mir-keep-first", type=int, default=8, help="positions never masked (default: %(default)s)")
 
     g = p.add_argument_group("weight transfer between stages (transfer.py)")
     g.add_argument("--transfer", default=None,
-                   help="groups copied into each stage from the previous one, e.g. attn | mlp | attn,norm | all "
-                        "(default: all when the vocabularies match, else attn,mlp,norm,pos: fresh embedding and head)")
+                   help="groups copied into each stage from the previous one: attn, mlp, norm, pos, embed, head, "
+                        "all, or full (= attn,mlp,norm), comma-separated (default: all when the stages share a "
+                        "tokenizer, else attn,mlp,norm as the ladder paper: fresh embedding, head and positions)")
+    g.add_argument("--embed-init", default="random", choices=("random", "mean"),
+                   help="a new vocabulary's embedding rows: random (default), or every row the mean of the "
+                        "previous stage's rows (the procedural paper's default)")
+    g.add_argument("--freeze", default=None,
+                   help="groups kept fixed after transfer in every stage but the first, e.g. attn or attn,mlp "
+                        "(the procedural authors' weights_to_be_trained)")
     g.add_argument("--init-from", default=None,
-                   help="start the first stage from this checkpoint (a stage*.pt or ckpt.pt), same rules")
+                   help="start the first stage from this checkpoint (a stage*.pt, ckpt.pt or a transfer.py merge)")
 
     g = p.add_argument_group("ProRes: progressive residual warmup (arXiv 2603.05369, prores.py)")
     g.add_argument("--prores", action="store_true",
                    help="scale block l's residual branches by alpha(l, t) = min(t / (T*l), 1)")
     g.add_argument("--prores-T", default="auto",
-                   help="steps per layer; 'auto' = stage steps / (2 * n_layer), so the deepest layer is "
-                        "fully on half-way through the stage (the paper uses T=1000 on long runs)")
-    g.add_argument("--prores-schedule", default="linear",
-                   help="linear | equal | reverse | sqrt | square | stagewise | fixed-1/L | fixed-1/sqrt(L) | fixed-1/sqrt(l)")
+                   help="steps per layer; 'auto' = steps / (2 * n_layer), so the deepest layer is fully on "
+                        "half-way (steps of the stage, or of the whole run with --prores-scope run)")
+    g.add_argument("--prores-schedule", default="linear", help=" | ".join(prores.SCHEDULES))
     g.add_argument("--prores-scope", default="stage", choices=("stage", "run"),
                    help="stage: the warmup restarts at every stage (each stage is a new model with new "
                         "embeddings and a new lr schedule); run: one warmup over the whole curriculum")
@@ -121,7 +160,8 @@ def parse_args(argv=None):
     g.add_argument("--beta1", type=float, default=0.9, help="AdamW beta1 (default: %(default)s)")
     g.add_argument("--beta2", type=float, default=0.95, help="AdamW beta2 (default: %(default)s)")
     g.add_argument("--grad-clip", type=float, default=1.0, help="clip the gradient norm (0 = off)")
-    g.add_argument("--seed", type=int, default=1337, help="seeds init, data order and dropout (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=1337,
+                   help="seeds init, batch order, masks and dropout; data follow --data-seed (default: %(default)s)")
 
     g = p.add_argument_group("evaluation, logging, checkpoints")
     g.add_argument("--eval-interval", type=int, default=50, help="evaluate and checkpoint every N steps")
@@ -134,9 +174,9 @@ def parse_args(argv=None):
     g = p.add_argument_group("hardware")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
     g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                   help="autocast dtype; float16 uses a GradScaler. auto (default): bfloat16 on a GPU that "
-                        "supports it and on CPUs with native bf16 instructions (avx512_bf16/amx_bf16), "
-                        "else float32")
+                   help="float32 | bfloat16 / float16 autocast (float16 uses a GradScaler). auto (default): "
+                        "bf16 autocast on a GPU that supports it; on a CPU the body in fp32 and the LM head + "
+                        "loss in bf16 where that pays (see resolve_dtype)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g.add_argument("--loss-impl", default="fused", choices=("fused", "standard"),
                    help="fused: chunked LM head + cross-entropy that never holds the full logits "
@@ -148,45 +188,72 @@ def parse_args(argv=None):
             data.check_name(name)
         except ValueError as e:
             p.error(str(e))
-    if args.transfer is not None:
-        try:
-            transfer.parse_groups(args.transfer)
-        except ValueError as e:
-            p.error(f"--transfer: {e}")
+    for flag in ("iters", "epochs", "tokens", "unique_tokens", "batch_size", "grad_accum", "n_layer",
+                 "n_head", "n_embd", "block_size", "eval_interval", "eval_iters", "log_interval",
+                 "procedural_sequences", "task_train", "task_test", "math_problems", "music_chunks"):
+        v = getattr(args, flag)
+        if v is not None and v <= 0:
+            p.error(f"--{flag.replace('_', '-')} must be positive, got {v:g}")
+    if args.n_embd % args.n_head:
+        p.error(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
+    for flag in ("transfer", "freeze"):
+        if getattr(args, flag) is not None:
+            try:
+                transfer.parse_groups(getattr(args, flag))
+            except ValueError as e:
+                p.error(f"--{flag}: {e}")
     if args.prores_schedule not in prores.SCHEDULES:
         p.error(f"--prores-schedule {args.prores_schedule!r}: choose one of {', '.join(prores.SCHEDULES)}")
     if args.prores_T != "auto":
         try:
             args.prores_T = int(args.prores_T)
-        except ValueError:
-            p.error("--prores-T takes a whole number of steps or 'auto'")
+            assert args.prores_T > 0
+        except (ValueError, AssertionError):
+            p.error("--prores-T takes a positive whole number of steps or 'auto'")
+    try:
+        lo, hi = (float(v) for v in args.mir_ratio.split(","))
+        assert 0 <= lo <= hi <= 1
+    except (ValueError, AssertionError):
+        p.error(f"--mir-ratio {args.mir_ratio!r}: give LO,HI with 0 <= LO <= HI <= 1, e.g. 0.0,0.5")
+    if args.mir and args.objective == "mdlm":
+        p.error("--mir regularises next-token prediction: use it with --objective ar, not mdlm")
     if args.iters is None and args.epochs is None and args.tokens is None:
         args.iters = 200
     return args
 
 
 # ---------------------------------------------------------------------------------------------
-# data: random windows of the token stream, drawn from a generator seeded by the step itself,
-# so a resumed run draws exactly the batches the uninterrupted run would have.
+# data: random windows (or whole records) of the token stream. Each step draws ONE global batch
+# of grad_accum x world x B rows from a generator seeded by the step itself; micro-batch m of
+# rank r takes rows [(m * world + r) * B, ... + B). So a resumed run draws exactly the batches of
+# the uninterrupted run, and 2 processes (or 2 accumulation steps) at batch B see the rows of 1
+# at batch 2B.
 
-def get_batch(corpus, split, batch_size, block_size, key, rank, world, device):
-    """Rows [rank*B, (rank+1)*B) of a global batch of world*B windows, seeded by `key`."""
+def get_batch(corpus, split, batch_size, block_size, key, rank, world, device, micro=0, accum=1):
+    """(x, y, loss_mask or None): rows (micro * world + rank) * B ... + B of the global batch `key`."""
     stream = corpus.train if split == "train" else corpus.val
     mask = corpus.train_mask if split == "train" else corpus.val_mask
-    if len(stream) <= block_size + 1:
-        raise ValueError(f"{corpus.name} {split} has {len(stream)} tokens; block_size {block_size} needs more")
     rng = np.random.default_rng(key)
+    n_rows = accum * world * batch_size
+    seq = corpus.info.get("seq_len")
     chunk = corpus.info.get("chunk_len") if split == "train" else None
-    if chunk == block_size + 1:  # a stream of selected chunks: one training sequence = one chunk
-        starts = rng.integers(0, len(stream) // chunk, size=world * batch_size) * chunk
+    if seq:  # fixed-length records (procedural data, tasks): one row = one record
+        width = seq
+        starts = rng.integers(0, len(stream) // seq, size=n_rows) * seq
+    elif chunk == block_size + 1:  # a stream of selected chunks: one training sequence = one chunk
+        width = chunk
+        starts = rng.integers(0, len(stream) // chunk, size=n_rows) * chunk
     else:
-        starts = rng.integers(0, len(stream) - block_size - 1, size=world * batch_size)
-    starts = starts[rank * batch_size:(rank + 1) * batch_size]
-    rows = np.stack([stream[s:s + block_size + 1] for s in starts]).astype(np.int64)
-    xy = torch.from_numpy(rows)
-    m = None
-    if mask is not None:
-        m = torch.from_numpy(np.stack([mask[s + 1:s + block_size + 1] for s in starts]).astype(np.int64))
+        if len(stream) <= block_size + 1:
+            raise UserError(f"{corpus.name} {split} has {len(stream)} tokens; --block-size {block_size} needs "
+                            "more: lower --block-size or give more data")
+        width = block_size + 1
+        starts = rng.integers(0, len(stream) - block_size - 1, size=n_rows)
+    first = (micro * world + rank) * batch_size
+    starts = starts[first:first + batch_size]
+    idx = starts[:, None] + np.arange(width)                             # (B, width)
+    xy = torch.from_numpy(np.asarray(stream[idx], dtype=np.int64))
+    m = None if mask is None else torch.from_numpy(np.asarray(mask[idx[:, 1:]], dtype=np.int64))
     x, y = xy[:, :-1], xy[:, 1:]
     if device.type == "cuda":
         x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
@@ -194,12 +261,69 @@ def get_batch(corpus, split, batch_size, block_size, key, rank, world, device):
     return x.contiguous(), y.contiguous(), m
 
 
+def row_generators(key, first, n):
+    """One torch.Generator per row of a micro-batch, seeded by (step key, global row index): the
+    randomness an objective draws for a row (MIR's masked copy, MDLM's masks) does not depend on
+    how the global batch is split into micro-batches or processes."""
+    return [torch.Generator().manual_seed(int(np.random.SeedSequence(list(key) + [r]).generate_state(1)[0]))
+            for r in range(first, first + n)]
+
+
 def unigram_perplexity(corpus):
-    """Perplexity of the validation stream under the training stream's unigram distribution
-    (add-one smoothing): the bar a model must clear to have learnt more than token counts."""
-    counts = np.bincount(np.asarray(corpus.train), minlength=corpus.vocab_size).astype(np.float64) + 1.0
+    """Perplexity of the validation targets under the training targets' unigram distribution
+    (add-one smoothing; only targets that count, where a loss mask exists): the bar a model
+    must clear to have learnt more than token counts."""
+    tr, va = np.asarray(corpus.train), np.asarray(corpus.val)
+    if corpus.train_mask is not None:
+        tr, va = tr[np.asarray(corpus.train_mask) > 0], va[np.asarray(corpus.val_mask) > 0]
+    counts = np.bincount(tr, minlength=corpus.vocab_size).astype(np.float64) + 1.0
     logp = np.log(counts / counts.sum())
-    return float(np.exp(-logp[np.asarray(corpus.val)].mean()))
+    return float(np.exp(-logp[va].mean())) if len(va) else float("nan")
+
+
+def keep_unique_tokens(corpus, n):
+    """The data-constrained regime: only the first n training tokens (whole records for record
+    corpora, whole chunks for chunked music), repeated for as many epochs as the budget asks."""
+    unit = corpus.info.get("seq_len") or corpus.info.get("chunk_len") or 1
+    n = int(n) // unit * unit
+    if n < unit or n > len(corpus.train):
+        raise UserError(f"--unique-tokens {n:,}: stage {corpus.name!r} has {len(corpus.train):,} training tokens"
+                        + (f" in records of {unit}" if unit > 1 else "") + "; choose a value between them")
+    corpus.train = corpus.train[:n]
+    if corpus.train_mask is not None:
+        corpus.train_mask = corpus.train_mask[:n]
+    return corpus
+
+
+def load_corpus(name, args):
+    """data.load for a stage, with the run's data options; a problem with the user's data
+    (a missing folder, an empty one, junk files) becomes a one-line UserError."""
+    opts = dict(cache_dir=args.cache_dir, prose=args.prose, poetry_file=args.poetry_file,
+                poetry_lines=args.poetry_lines, data_dir=args.data_dir, music_dir=args.music_dir,
+                music_composers=args.music_composers, music_chunks=args.music_chunks,
+                synthetic_tokens=args.synthetic_tokens, block_size=args.block_size, seed=args.data_seed,
+                procedural_sequences=args.procedural_sequences, task_train=args.task_train,
+                task_test=args.task_test, math_problems=args.math_problems)
+    try:
+        corpus = data.load(name, **opts)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(f"stage {name!r}: {e}") from None
+    if corpus.info.get("seq_len", 0) - 1 > args.block_size:
+        raise UserError(f"stage {name!r} has records of {corpus.info['seq_len']} tokens; it needs --block-size "
+                        f">= {corpus.info['seq_len'] - 1}")
+    return keep_unique_tokens(corpus, args.unique_tokens) if args.unique_tokens else corpus
+
+
+def stage_iters(args, corpus, rows_per_iter):
+    """Optimizer steps of a stage: --iters, or --epochs / --tokens converted at this stage's
+    tokens per step (a record corpus counts whole records, context = record length - 1)."""
+    if args.iters is not None:
+        return args.iters
+    T = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
+    if args.epochs is not None:
+        per_row = T + 1 if corpus.info.get("seq_len") else T
+        return max(1, math.ceil(args.epochs * len(corpus.train) / (rows_per_iter * per_row)))
+    return max(1, math.ceil(args.tokens / (rows_per_iter * T)))
 
 
 def lr_at(it, iters, args):
@@ -220,50 +344,28 @@ def lr_at(it, iters, args):
 
 
 # ---------------------------------------------------------------------------------------------
-# checkpoints: written to a temporary name and renamed; loaded with weights_only=True
+# objectives: what the loop optimises; each is one object with loss() and eval_loss()
 
-def trim_metrics(path, resume):
-    """Start metrics.jsonl afresh, or on resume keep only the events up to the checkpoint
-    (a killed run may have logged steps after it; the resumed run logs them again)."""
-    if resume is None:
-        Path(path).unlink(missing_ok=True)
-        return
-    if not Path(path).exists():
-        return
-    keep = []
-    for line in open(path):
-        e = json.loads(line)
-        si, it = e.get("stage_index", -1), e.get("iter", 0)
-        if si < resume["stage_index"] or (si == resume["stage_index"] and e["event"] != "stage_end"
-                                          and it <= resume["iter"]):
-            keep.append(line)
-    atomic_write_bytes(path, "".join(keep).encode())
+class NextToken:
+    """Plain next-token prediction: the mean cross-entropy of y given x (causal)."""
+    name, extra_tokens, causal, needs_generators = "ar", 0, True, False
+
+    def loss(self, model, x, y, loss_mask, generators):
+        return model(x, y, loss_mask)[1]
+
+    def eval_loss(self, model, x, y, loss_mask, key):
+        return model(x, y, loss_mask)[1]
 
 
-def save_checkpoint(path, obj):
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path, map_location="cpu"):
-    return torch.load(path, map_location=map_location, weights_only=True)
-
-
-def stage_file(out, index, name):
-    return Path(out) / f"stage{index}-{re.sub(r'[^A-Za-z0-9_-]+', '_', name)}.pt"
-
-
-def load_state_checked(model, state):
-    """load_state_dict that names every tensor whose shape does not fit, and why."""
-    own = model.state_dict()
-    bad = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-           for k, v in state.items() if k in own and own[k].shape != v.shape]
-    missing = [k for k in own if k not in state]
-    if bad or missing:
-        raise ValueError("checkpoint does not fit this model (were --n-layer/--n-embd/--n-head/"
-                         "--block-size or the stages changed?):\n  " + "\n  ".join(bad + [f"{k}: missing" for k in missing]))
-    model.load_state_dict(state)
+def make_objective(args, vocab_size):
+    """The run's objective for a corpus of vocab_size tokens; MIR and MDLM put [MASK] at id
+    vocab_size, one extra vocabulary row."""
+    if args.objective == "mdlm":
+        return diffusion.MDLM(mask_id=vocab_size)
+    if args.mir:
+        lo, hi = (float(v) for v in args.mir_ratio.split(","))
+        return mir.MIR(mask_id=vocab_size, lam=args.mir_lambda, ratio=(lo, hi), keep_first=args.mir_keep_first)
+    return NextToken()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,45 +374,91 @@ def setup_distributed(args):
     """(rank, world, local_rank, device); initialises the process group under torchrun."""
     world = int(os.environ.get("WORLD_SIZE", 1))
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
-    if args.device == "auto":
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-    else:
-        dev = args.device
+    dev = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if dev.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
+        raise UserError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
     if dev == "cuda":
         dev = f"cuda:{local_rank}" if world > 1 else "cuda"
     device = torch.device(dev)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     threads = args.threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     if device.type == "cpu":
         torch.set_num_threads(threads)
     return rank, world, local_rank, device
 
 
-def resolve_dtype(name, device):
-    """--dtype auto -> bfloat16 where the hardware runs it natively, else float32."""
+# The fused LM head + loss (lm_loss.py) in bf16 against fp32 on this 2-core AVX-512-bf16 CPU,
+# forward + backward of 8,192 rows (ms, fp32 / bf16): d16: V 160 7/7, V 512 15/9, V 2,048 51/24,
+# V 8,192 199/78, V 50,257 1,143/891; d64: V 160 22/13, V 50,257 5,511/880 (noisy machine). The
+# transformer body at these widths is the other way round: bf16 autocast makes a d32 24-layer
+# step 1.6x SLOWER (197 vs 322 ms) and a d16 2-layer step 2.4x slower (10 vs 24 ms): small
+# matmuls pay for the casts. `python bench.py --grid` measures the whole step.
+HEAD_BF16_MIN_VOCAB = 1024
+
+
+def resolve_dtype(name, device, vocab_size=None):
+    """(autocast dtype name, head dtype name) for --dtype. auto: on a GPU, bf16 autocast where
+    supported (else fp32); on a CPU, the body in fp32 (no autocast) and the fused LM head + loss
+    in bf16 when the CPU has native bf16 instructions (avx512_bf16/amx_bf16) and the vocabulary
+    has at least HEAD_BF16_MIN_VOCAB rows, where the numbers above say it pays; else all fp32.
+    An explicit dtype is autocast over the whole model, the head included."""
     if name != "auto":
-        return name
+        return name, ""
     if device.type == "cuda":
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+        return ("bfloat16" if torch.cuda.is_bf16_supported() else "float32"), ""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         flags = ""
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+    native = "avx512_bf16" in flags or "amx_bf16" in flags
+    return "float32", ("bfloat16" if native and (vocab_size or 0) >= HEAD_BF16_MIN_VOCAB else "")
 
 
-def all_mean(x, world):
-    """Mean of a python float over the processes."""
+def all_mean(x, world, device):
+    """Mean of a python float over the processes. The tensor lives on the run's device: NCCL
+    reduces only CUDA tensors (gloo takes CPU ones)."""
     if world == 1:
         return x
-    t = torch.tensor([x], dtype=torch.float64)
+    t = torch.tensor([x], dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
     dist.all_reduce(t)
     return t.item() / world
+
+
+def build_model(args, corpus, objective, prev, device, master):
+    """A fresh GPT for this stage's vocabulary (+ the objective's [MASK] row), with the previous
+    stage's weights transferred (prev = {"model": state, "tokenizer": ...} or None), the embedding
+    optionally set to the previous rows' mean, and --freeze applied. Returns (model, config,
+    autocast dtype name)."""
+    dtype, head_dtype = resolve_dtype(args.dtype, device, corpus.vocab_size)
+    cfg = GPTConfig(block_size=args.block_size, vocab_size=corpus.vocab_size + objective.extra_tokens,
+                    n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout,
+                    bias=not args.no_bias, tie_weights=not args.no_tie, norm=args.norm, init=args.init,
+                    causal=objective.causal, loss_impl=args.loss_impl, head_dtype=head_dtype)
+    model = GPT(cfg)
+    if prev is not None:
+        dst_tok = corpus.info.get("tokenizer") or f"vocab-{corpus.vocab_size}"
+        src_vocab = prev["model"]["transformer.wte.weight"].shape[0]
+        # a checkpoint that does not name its tokenizer (older runs, merges) is judged by its size
+        src_tok = prev.get("tokenizer") or (dst_tok if src_vocab in (corpus.vocab_size, cfg.vocab_size)
+                                            else f"vocab-{src_vocab}")
+        groups = transfer.parse_groups(args.transfer) if args.transfer else transfer.default_groups(src_tok, dst_tok)
+        try:
+            report = transfer.transfer(prev["model"], model, groups, shared_rows=src_tok == dst_tok)
+        except ValueError as e:
+            raise UserError(str(e).replace("\n", " ")) from None
+        if args.embed_init == "mean" and "embed" not in groups:
+            transfer.mean_embedding_init(prev["model"], model)
+        if args.freeze:
+            transfer.freeze(model, transfer.parse_groups(args.freeze))
+        if master:
+            print(f"transfer {src_tok} -> {dst_tok}: copied {', '.join(report['groups'])} ({len(report['copied'])} "
+                  f"tensors), fresh: {len(report['skipped'])} tensors"
+                  + (f"; embedding rows = the previous rows' mean" if args.embed_init == "mean" and "embed" not in groups else "")
+                  + (f"; frozen: {args.freeze}" if args.freeze else ""))
+    return model, cfg, dtype
 
 
 def run(args):
@@ -321,29 +469,29 @@ def run(args):
         out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    dtype = resolve_dtype(args.dtype, device)
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    amp = nullcontext() if ptdtype == torch.float32 else torch.autocast(device.type, dtype=ptdtype)
     stages = args.stages.split(",")
-    data_opts = dict(cache_dir=args.cache_dir, prose=args.prose, poetry_file=args.poetry_file,
-                     poetry_lines=args.poetry_lines, data_dir=args.data_dir, music_dir=args.music_dir,
-                     music_composers=args.music_composers, music_chunks=args.music_chunks,
-                     synthetic_tokens=args.synthetic_tokens, block_size=args.block_size, seed=args.seed)
 
-    # resume: where the last checkpoint left off
+    # resume: where the last checkpoint left off (the same run, or a clear error)
     ckpt_path = out / "ckpt.pt"
-    resume = load_checkpoint(ckpt_path) if args.resume and ckpt_path.exists() else None
-    if resume is not None and resume["stages"] != stages:
-        raise SystemExit(f"--resume: {ckpt_path} is a run of stages {resume['stages']}, not {stages}; "
-                         "use another --out or the same --stages")
+    resume = read_checkpoint(ckpt_path, "--resume") if args.resume and ckpt_path.exists() else None
+    if resume is not None:
+        if resume["stages"] != stages:
+            raise UserError(f"--resume: {ckpt_path} is a run of stages {resume['stages']}, not {stages}; "
+                            "use another --out or the same --stages")
+        check_resume_args(resume.get("args", {}), args, ckpt_path)
     if args.resume and resume is None and master:
         print(f"--resume: no checkpoint at {ckpt_path}; starting from scratch")
     if master:
         trim_metrics(out / "metrics.jsonl", resume)
     summaries = list(resume["summaries"]) if resume else []
-    prev_state = load_checkpoint(args.init_from)["model"] if args.init_from else None
+    prev = read_checkpoint(args.init_from, "--init-from") if args.init_from else None
     if resume is not None and resume["stage_index"] > 0:
-        prev_state = load_checkpoint(stage_file(out, resume["stage_index"] - 1, stages[resume["stage_index"] - 1]))["model"]
+        prev = load_checkpoint(stage_file(out, resume["stage_index"] - 1, stages[resume["stage_index"] - 1]))
+    rows_per_iter = args.batch_size * args.grad_accum * world
+    prores_T_run = None  # --prores-scope run with T auto: one T from the whole run's steps
+    if args.prores and args.prores_scope == "run" and args.prores_T == "auto":
+        total = sum(stage_iters(args, load_corpus(n, args), rows_per_iter) for n in stages)
+        prores_T_run = max(1, round(total / (2 * args.n_layer)))
     t_start = time.time()
     log = open(out / "metrics.jsonl", "a") if master else None
 
@@ -356,37 +504,22 @@ def run(args):
     for si, name in enumerate(stages):
         if resume is not None and si < resume["stage_index"]:
             continue
-        # rank 0 prepares the corpus first; the others then read the cache
-        if world > 1 and not master:
+        if world > 1 and not master:  # rank 0 prepares the corpus first; the others then read the cache
             dist.barrier()
-        corpus = data.load(name, **data_opts)
+        corpus = load_corpus(name, args)
         if world > 1 and master:
             dist.barrier()
-
-        cfg = GPTConfig(block_size=args.block_size, vocab_size=corpus.vocab_size, n_layer=args.n_layer,
-                        n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout,
-                        bias=not args.no_bias, tie_weights=not args.no_tie, norm=args.norm,
-                        loss_impl=args.loss_impl)
+        objective = make_objective(args, corpus.vocab_size)
         torch.manual_seed(args.seed + si)
-        model = GPT(cfg)
-        if prev_state is not None:  # the previous stage's (or --init-from's) weights
-            src_vocab = prev_state["transformer.wte.weight"].shape[0]
-            groups = transfer.parse_groups(args.transfer) if args.transfer else \
-                transfer.default_groups(src_vocab, corpus.vocab_size)
-            report = transfer.transfer(prev_state, model, groups)
-            if master:
-                print(f"transfer {src_vocab} -> {corpus.vocab_size} vocab: copied {', '.join(report['groups'])} "
-                      f"({len(report['copied'])} tensors), fresh: {len(report['skipped'])} tensors")
+        model, cfg, dtype = build_model(args, corpus, objective, prev, device, master)
         model.to(device)
+        ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+        amp = nullcontext() if ptdtype == torch.float32 else torch.autocast(device.type, dtype=ptdtype)
         optimizer = model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), device.type)
         scaler = torch.amp.GradScaler(device.type, enabled=ptdtype == torch.float16)
-        tokens_per_iter = args.batch_size * args.block_size * args.grad_accum * world
-        if args.iters is not None:
-            iters = args.iters
-        elif args.epochs is not None:
-            iters = max(1, math.ceil(args.epochs * len(corpus.train) / tokens_per_iter))
-        else:
-            iters = max(1, math.ceil(args.tokens / tokens_per_iter))
+        T = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
+        iters = stage_iters(args, corpus, rows_per_iter)
+        tokens_per_iter = rows_per_iter * T
         it0 = 0
         if resume is not None and si == resume["stage_index"] and resume["iter"] == 0:
             resume = None  # the stage had not started: begin it from the previous stage's weights
@@ -401,31 +534,34 @@ def run(args):
             resume = None
         hook = None
         if args.prores:
-            T = args.prores_T if args.prores_T != "auto" else max(1, round(iters / (2 * args.n_layer)))
-            hook = prores.ProRes(model, T, args.prores_schedule)
+            T_pr = args.prores_T if args.prores_T != "auto" else prores_T_run or max(1, round(iters / (2 * args.n_layer)))
+            hook = prores.ProRes(model, T_pr, args.prores_schedule)
         step_offset = sum(s["iters"] for s in summaries) if args.prores_scope == "run" else 0
         fwd = torch.compile(model) if args.compile else model
         if world > 1:
             fwd = DDP(fwd, device_ids=[local_rank] if device.type == "cuda" else None)
         unigram = unigram_perplexity(corpus) if master else None
         if master:
-            print(f"\n== stage {si + 1}/{len(stages)}: {name} | vocab {corpus.vocab_size} | "
-                  f"train {len(corpus.train):,} tokens, val {len(corpus.val):,} | {iters} steps of "
-                  f"{tokens_per_iter:,} tokens | {model.get_num_params():,} non-embedding params | {device} {dtype}")
+            print(f"\n== stage {si + 1}/{len(stages)}: {name} | vocab {corpus.vocab_size}"
+                  f"{' + [MASK]' if objective.extra_tokens else ''} | train {len(corpus.train):,} tokens, val "
+                  f"{len(corpus.val):,} | {iters} steps of {tokens_per_iter:,} tokens | {objective.name} | "
+                  f"{model.get_num_params():,} non-embedding params | {device} {dtype}"
+                  f"{' (head ' + cfg.head_dtype + ')' if cfg.head_dtype else ''}")
 
         @torch.no_grad()
         def evaluate():
             model.eval()
             res = {}
             for split in ("train", "val"):
-                losses = []
+                total = 0.0
                 for k in range(rank, args.eval_iters, world):  # eval batches are shared out
                     x, y, m = get_batch(corpus, split, args.batch_size, args.block_size,
                                         [args.seed, 1_000_003, si, k, split == "val"], 0, 1, device)
                     with amp:
-                        losses.append(model(x, y, m)[1].item())
-                total = all_mean(sum(losses), world) * world
-                res[split] = total / args.eval_iters
+                        total += objective.eval_loss(model, x, y, m, k).item()
+                res[split] = all_mean(total, world, device) * world / args.eval_iters
+            if corpus.info.get("task") and objective.causal:
+                res["accuracy"] = task_accuracy(model, corpus, args.batch_size * 8, device, amp)
             model.train()
             return res
 
@@ -435,11 +571,11 @@ def run(args):
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scaler": scaler.state_dict(), "rng": torch.get_rng_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else [],
-                    "stage_index": stage_index,
-                    "stage": name, "iter": it, "stages": stages, "summaries": summaries,
-                    "model_config": asdict(cfg), "args": vars(args)})
+                    "stage_index": stage_index, "stage": name, "iter": it, "stages": stages,
+                    "summaries": summaries, "model_config": asdict(cfg), "args": vars(args)})
 
         model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
         last_eval, t0 = None, time.time()
         bar = tqdm(total=iters, initial=it0, desc=name, disable=not master or args.no_progress, dynamic_ncols=True)
         for it in range(it0, iters):
@@ -448,24 +584,26 @@ def run(args):
                 group["lr"] = lr
             if hook is not None:
                 hook.update(step_offset + it)  # alpha(l, t), t = updates done so far
-            loss_sum = 0.0
+            loss_sum = torch.zeros((), device=device)
             for micro in range(args.grad_accum):
-                x, y, m = get_batch(corpus, "train", args.batch_size, args.block_size,
-                                    [args.seed, si, it, micro], rank, world, device)
+                key = [args.seed, si, it]
+                x, y, m = get_batch(corpus, "train", args.batch_size, T, key, rank, world, device,
+                                    micro, args.grad_accum)
+                first = (micro * world + rank) * args.batch_size
+                gens = row_generators(key, first, args.batch_size) if getattr(objective, "needs_generators", True) else None
                 sync = world == 1 or micro == args.grad_accum - 1
                 with (nullcontext() if sync else fwd.no_sync()), amp:
-                    _, loss = fwd(x, y, m)
-                    loss = loss / args.grad_accum
+                    loss = objective.loss(fwd, x, y, m, gens) / args.grad_accum
                 scaler.scale(loss).backward()
-                loss_sum += loss.item()
-            loss_sum = all_mean(loss_sum, world)
+                loss_sum += loss.detach()
+            loss_sum = all_mean(loss_sum.item(), world, device)
             if not math.isfinite(loss_sum):
                 raise TrainingDiverged(
                     f"the training loss became {loss_sum} at stage {name!r}, step {it}. The last good "
                     f"checkpoint is {ckpt_path} (kept unchanged). Lower --lr, raise --warmup-iters, "
                     f"or use --grad-clip; then rerun with --resume.")
             scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip or float("inf")).item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip or float("inf")).item()
             if not math.isfinite(grad_norm) and not scaler.is_enabled():  # (a GradScaler skips such steps)
                 raise TrainingDiverged(
                     f"the gradient norm became {grad_norm} at stage {name!r}, step {it}. The last good "
@@ -474,9 +612,10 @@ def run(args):
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.1e}")
             done = it + 1
+            if not args.no_progress:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.1e}", refresh=False)
             if done % args.log_interval == 0 or done == iters:
                 dt = time.time() - t0
                 emit(event="train", stage=name, stage_index=si, iter=done, loss=loss_sum, lr=lr, grad_norm=grad_norm,
@@ -487,30 +626,39 @@ def run(args):
                 if not all(math.isfinite(v) for v in last_eval.values()):
                     raise TrainingDiverged(f"the evaluation loss became {last_eval} at stage {name!r}, step "
                                            f"{done}; the last good checkpoint {ckpt_path} is kept unchanged.")
-                emit(event="eval", stage=name, stage_index=si, iter=done, **{f"{k}_loss": v for k, v in last_eval.items()})
+                emit(event="eval", stage=name, stage_index=si, iter=done,
+                     **{(k if k == "accuracy" else f"{k}_loss"): v for k, v in last_eval.items()})
                 checkpoint(done)
         bar.close()
         if last_eval is None:  # a resumed stage that had already finished its steps
             last_eval = evaluate()
-        summary = {"name": name, "vocab_size": corpus.vocab_size, "iters": iters,
-                   "tokens": iters * tokens_per_iter, "train_loss": last_eval["train"],
-                   "val_loss": last_eval["val"], "val_ppl": math.exp(last_eval["val"])}
+        summary = {"name": name, "vocab_size": corpus.vocab_size, "tokenizer": corpus.info.get("tokenizer"),
+                   "objective": objective.name, "iters": iters, "tokens": iters * tokens_per_iter,
+                   "unique_tokens": len(corpus.train), "epochs": iters * tokens_per_iter / len(corpus.train),
+                   "train_loss": last_eval["train"], "val_loss": last_eval["val"],
+                   "val_loss_kind": "nll bound" if objective.name == "mdlm" else "nll",
+                   "val_ppl": math.exp(min(last_eval["val"], 700))}
+        if "accuracy" in last_eval:
+            summary["accuracy"] = last_eval["accuracy"]
         if unigram is not None:
             summary["unigram_val_ppl"] = unigram
         summaries.append(summary)
-        emit(event="stage_end", **summary)
+        emit(event="stage_end", stage_index=si, **summary)
+        prev = {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                "model_config": asdict(cfg), "stage": name, "tokenizer": corpus.info.get("tokenizer"),
+                "vocab": corpus.vocab_size, "objective": objective.name,
+                "mask_id": corpus.vocab_size if objective.extra_tokens else None}
         if master:
-            save_checkpoint(stage_file(out, si, name), {"model": model.state_dict(),
-                                                        "model_config": asdict(cfg), "stage": name})
+            save_checkpoint(stage_file(out, si, name), prev)
         # one atomic write moves the run on: the next stage at step 0 (stage_index == number
         # of stages: the run is finished), with this stage's summary recorded
         checkpoint(0, stage_index=si + 1)
-        prev_state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
     if model is None:  # --resume of a run that had already finished
         ck = load_checkpoint(stage_file(out, len(stages) - 1, stages[-1]))
         model = GPT(GPTConfig(**ck["model_config"]))
     result = {"stages": summaries, "params": model.get_num_params(),
+              "params_total": model.get_num_params(non_embedding=False),
               "seconds": time.time() - t_start, "args": vars(args)}
     if master:
         atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())
@@ -523,12 +671,32 @@ def run(args):
     return result
 
 
+@torch.no_grad()
+def task_accuracy(model, corpus, batch, device, amp):
+    """Exact-answer accuracy on a task's whole test split (data/tasks.py): the answer span is
+    right iff every teacher-forced argmax on it is right, which is exactly greedy decoding."""
+    from data.tasks import answer_accuracy
+    S = corpus.info["seq_len"]
+    rows = np.asarray(corpus.val).reshape(-1, S)
+    mask = np.asarray(corpus.val_mask).reshape(-1, S)
+    right = 0
+    for i in range(0, len(rows), batch):
+        r = torch.from_numpy(rows[i:i + batch].astype(np.int64)).to(device)
+        with amp:
+            logits = model(r[:, :-1])[0]
+        pred = logits[..., :corpus.vocab_size].argmax(-1).cpu().numpy()
+        right += answer_accuracy(pred, rows[i:i + batch, 1:], mask[i:i + batch, 1:]) * len(pred)
+    return right / len(rows)
+
+
 def print_table(summaries):
     print(f"\n{'stage':<14}{'vocab':>7}{'steps':>7}{'tokens':>12}{'train':>8}{'val':>8}{'val ppl':>10}{'unigram ppl':>13}")
     for s in summaries:
         uni = f"{s['unigram_val_ppl']:.1f}" if "unigram_val_ppl" in s else "-"
         print(f"{s['name']:<14}{s['vocab_size']:>7}{s['iters']:>7}{s['tokens']:>12,}{s['train_loss']:>8.3f}"
-              f"{s['val_loss']:>8.3f}{s['val_ppl']:>10.1f}{uni:>13}")
+              f"{s['val_loss']:>8.3f}{s['val_ppl']:>10.1f}{uni:>13}"
+              + (f"   accuracy {s['accuracy']:.3f}" if "accuracy" in s else "")
+              + ("   (val = NLL bound)" if s.get("objective") == "mdlm" else ""))
 
 
 def plot_losses(out):
@@ -566,9 +734,13 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         run(args)
-    except TrainingDiverged as e:
-        print(f"\nerror: {e}", file=sys.stderr)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; continue with the same command and --resume (checkpoint: {args.out}/ckpt.pt)",
+              file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -1,44 +1,65 @@
 """
 Selective weight transfer: copy named parameter groups from one model's weights into another.
 "Listen and Chant Before You Read" (arXiv 2604.21265): between stages whose vocabularies
-differ (music 160 -> text 50,257) copy only the vocabulary-independent weights,
-    theta_dst[g] <- theta_src[g]   for g in {attn, mlp, norm} (+ pos, our default),
-and leave the token embedding and the LM head at their fresh initialisation; between stages
-with the same vocabulary copy everything. Also used for procedural pre-training
-(arXiv 2601.21725): attention-only or MLP-only transfer, and `merge` for surgical composition
-(attention layers from one checkpoint, MLP layers from another).
+differ (music 160 -> text 50,257) copy ONLY attention, feed-forward and normalisation weights,
+    theta_dst[g] <- theta_src[g]   for g in {attn, mlp, norm},
+and leave the token embedding, the LM head and the position embeddings at their fresh
+initialisation (positions are not in the paper's list; `pos` is available as an option);
+between stages with the same tokenizer copy everything. Also used for procedural pre-training
+(arXiv 2601.21725, PAPERS.md section 2): full (attn, mlp, norm), attention-only or MLP-only
+transfer; the new vocabulary's embedding rows either random or every row the mean of the
+pretrained rows (`mean_embedding_init`, the authors' default); transferred groups optionally
+frozen (`freeze`, the authors' weights_to_be_trained); and `merge` for surgical composition
+(attention layers from one checkpoint, MLP layers from another), also as a command:
+
+    python transfer.py merge --attn dyck.pt --mlp eca.pt [--norm dyck.pt] -o merged.pt
+    python train.py --stages task:haystack --init-from merged.pt
 
 Groups (model.GROUPS): embed, pos, attn, mlp, norm, head. In a model with a tied head the
 embedding and the head are one tensor, so they can only be transferred together.
 """
 
+import argparse
+import sys
+
 import torch
 
 from model import GROUPS, group_of
 
-VOCAB_INDEPENDENT = ("attn", "mlp", "norm", "pos")
+VOCAB_INDEPENDENT = ("attn", "mlp", "norm")   # the ladder paper's list: the cross-vocabulary default
+ALIASES = {"all": tuple(GROUPS), "full": VOCAB_INDEPENDENT}
 
 
-def default_groups(src_vocab, dst_vocab):
-    """Everything when the vocabularies match; the vocabulary-independent groups otherwise."""
-    return tuple(GROUPS) if src_vocab == dst_vocab else VOCAB_INDEPENDENT
+def default_groups(src_tokenizer, dst_tokenizer):
+    """Everything when both stages use the same tokenizer (e.g. "gpt2"); the vocabulary-
+    independent groups (attn, mlp, norm) otherwise. Tokenizers are compared by name, not by
+    vocabulary size, so two vocabularies of the same size are still told apart."""
+    return tuple(GROUPS) if src_tokenizer == dst_tokenizer else VOCAB_INDEPENDENT
 
 
 def parse_groups(spec):
-    """'attn,norm' -> ('attn', 'norm'); 'all' -> every group; an unknown name is an error."""
-    groups = tuple(GROUPS) if spec.strip() == "all" else tuple(g.strip() for g in spec.split(",") if g.strip())
+    """'attn,norm' -> ('attn', 'norm'); 'all' -> every group; 'full' -> attn, mlp, norm (the
+    procedural paper's "full model" transfer); an unknown name is an error."""
+    groups = []
+    for g in (g.strip() for g in spec.split(",") if g.strip()):
+        groups += ALIASES.get(g, (g,))
+    groups = tuple(dict.fromkeys(groups))
     unknown = [g for g in groups if g not in GROUPS]
     if unknown or not groups:
-        raise ValueError(f"unknown transfer group(s) {unknown or spec!r}; choose from {list(GROUPS)} or 'all'")
+        raise ValueError(f"unknown transfer group(s) {unknown or spec!r}; choose from {list(GROUPS)}, "
+                         f"'full' (= attn,mlp,norm) or 'all'")
     return groups
 
 
 @torch.no_grad()
-def transfer(src_state, dst_model, groups):
+def transfer(src_state, dst_model, groups, shared_rows=False):
     """Copy exactly the parameters of `groups` from src_state (a state dict) into dst_model;
     every other parameter keeps its current (fresh) value. Returns a report:
     {"groups": [...], "copied": [names], "skipped": [names]}. A requested tensor that is missing
-    from src_state or has another shape is an error that names every such tensor."""
+    from src_state or has another shape is an error that names every such tensor, except with
+    shared_rows=True (the same tokenizer, one model with an extra [MASK] row, MIR/MDLM): then an
+    embedding or head that differs only in its number of rows gets the rows both have, and
+    the extra row keeps its fresh value."""
     groups = tuple(groups)
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
@@ -53,18 +74,40 @@ def transfer(src_state, dst_model, groups):
             skipped.append(name)
             continue
         src = src_state.get(name)
+        rows_only = src is not None and src.shape[1:] == p.shape[1:] and src.shape[0] != p.shape[0]
         if src is None:
             problems.append(f"{name}: not in the source weights")
-        elif src.shape != p.shape:
+        elif src.shape == p.shape:
+            p.copy_(src)
+            copied.append(name)
+        elif shared_rows and rows_only and group_of(name) in ("embed", "head"):
+            n = min(src.shape[0], p.shape[0])
+            p[:n].copy_(src[:n])
+            copied.append(name)
+        else:
             problems.append(f"{name}: source {tuple(src.shape)} vs destination {tuple(p.shape)}"
                             + (" (the vocabularies differ: leave out 'embed' and 'head')"
                                if group_of(name) in ("embed", "head") else ""))
-        else:
-            p.copy_(src)
-            copied.append(name)
     if problems:
         raise ValueError("cannot transfer groups %s:\n  %s" % (list(groups), "\n  ".join(problems)))
     return {"groups": list(groups), "copied": copied, "skipped": skipped}
+
+
+@torch.no_grad()
+def mean_embedding_init(src_state, dst_model):
+    """Every row of the destination's token embedding <- the mean of the source's embedding
+    rows: the procedural authors' default for a new vocabulary (arXiv 2601.21725; their
+    downstream/utils.py). With a tied head the head rows are that mean too, so the first
+    prediction is uniform over the new vocabulary."""
+    mean = src_state["transformer.wte.weight"].float().mean(0)
+    dst_model.transformer.wte.weight.copy_(mean.expand_as(dst_model.transformer.wte.weight))
+
+
+def freeze(model, groups):
+    """requires_grad = False for every parameter of `groups` (the optimizer then skips them)."""
+    for name, p in model.named_parameters():
+        if group_of(name) in groups:
+            p.requires_grad_(False)
 
 
 def merge(sources, dst_model):
@@ -79,3 +122,49 @@ def merge(sources, dst_model):
         seen.update(groups)
         reports.append(transfer(state, dst_model, groups))
     return reports
+
+
+def merge_checkpoints(paths_by_group, base=None):
+    """{group: checkpoint path} -> a checkpoint dict whose weights take each group from its
+    checkpoint; the groups no path names come from `base` (default: the first path given). All
+    checkpoints must share the architecture of the vocabulary-independent groups."""
+    from checkpoint import read_checkpoint
+    from model import GPT, GPTConfig
+    cks = {g: read_checkpoint(p, f"--{g}") for g, p in paths_by_group.items()}
+    base_ck = read_checkpoint(base, "--base") if base else next(iter(cks.values()))
+    model = GPT(GPTConfig(**base_ck["model_config"])) if "model_config" in base_ck else None
+    if model is None:
+        raise ValueError("the base checkpoint has no model_config; give a stage checkpoint of train.py")
+    model.load_state_dict(base_ck["model"])
+    merge([(ck["model"], [g]) for g, ck in cks.items()], model)
+    return {"model": model.state_dict(), "model_config": base_ck["model_config"],
+            "tokenizer": base_ck.get("tokenizer"), "stage": "merge",
+            "merged_from": {g: str(p) for g, p in paths_by_group.items()}}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Weight surgery on train.py checkpoints.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("merge", help="take each parameter group from a chosen checkpoint "
+                                     "(attention from one, MLP from another), for --init-from")
+    for g in GROUPS:
+        m.add_argument(f"--{g}", default=None, metavar="CKPT", help=f"take the {g} group from CKPT")
+    m.add_argument("--base", default=None, help="where the groups nobody names come from (default: the first given)")
+    m.add_argument("-o", "--output", required=True, help="the merged checkpoint to write")
+    a = p.parse_args(argv)
+    from checkpoint import save_checkpoint
+    from data.common import UserError
+    paths = {g: getattr(a, g) for g in GROUPS if getattr(a, g)}
+    if not paths:
+        p.error("name at least one group, e.g. --attn A.pt --mlp B.pt")
+    try:
+        ck = merge_checkpoints(paths, a.base)
+    except (UserError, ValueError) as e:
+        print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
+        sys.exit(2)
+    save_checkpoint(a.output, ck)
+    print(f"wrote {a.output}: " + ", ".join(f"{g} from {p}" for g, p in paths.items()))
+
+
+if __name__ == "__main__":
+    main()

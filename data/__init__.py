@@ -6,7 +6,7 @@ path such as `text:PATH`. Every loader prepares its corpus once into the cache f
 (data/common.py) and memory-maps it afterwards.
 """
 
-from . import music, text
+from . import music, procedural, tasks, text
 from .common import Corpus, cache_dir
 
 # name -> (loader(cache, **opts) -> Corpus, one line for --help)
@@ -22,7 +22,13 @@ STAGES = {
 # prefix -> (loader(path, cache, **opts) -> Corpus, one line for --help)
 PREFIXES = {
     "text": (text.load_text_folder, "text:PATH, a folder of .txt files (or one file)"),
+    "procedural": (procedural.load_procedural,
+                   "procedural:KIND, a mixture KIND+KIND, KIND-shuffled (control), shuffled:KIND+KIND; "
+                   "kinds: " + ", ".join(procedural.KINDS)),
+    "task": (tasks.load_task, "task:NAME, a diagnostic with exact-answer accuracy: " + ", ".join(tasks.TASKS)),
 }
+# prefix -> check(rest) raising ValueError that lists the valid values
+_CHECKS = {"procedural": procedural.check_spec, "task": tasks.check_task}
 PROSE_CHOICES = ("wiki-leads", "wikitext2", "wikitext103")
 
 
@@ -35,7 +41,14 @@ def describe():
 def check_name(name):
     """Raise a ValueError listing the valid stage names unless `name` is one."""
     prefix = name.split(":", 1)[0] if ":" in name else None
-    if name in STAGES or (prefix in PREFIXES and name[len(prefix) + 1:]):
+    if name in STAGES:
+        return
+    if prefix in PREFIXES and name[len(prefix) + 1:]:
+        if prefix in _CHECKS:
+            try:
+                _CHECKS[prefix](name[len(prefix) + 1:])
+            except ValueError as e:
+                raise ValueError(f"stage {name!r}: {e}") from None
         return
     raise ValueError(f"unknown stage {name!r}. Valid stages:\n  " + "\n  ".join(describe()))
 

@@ -23,6 +23,12 @@ import numpy as np
 from tqdm import tqdm
 
 
+class UserError(Exception):
+    """A problem with the user's input (a path, a flag, a file), not a bug: the entry points
+    (train.py, sample.py, bench.py, scaling.py, experiments/) print its one-line message and
+    exit non-zero, with no traceback. Defined here because data/ imports nothing outside it."""
+
+
 @dataclass
 class Corpus:
     """A prepared corpus: token streams (memmaps) and what is needed to read them."""

@@ -30,7 +30,7 @@ def test_copies_exactly_the_requested_groups(groups):
 
 def test_new_vocabulary_gets_fresh_embedding_and_head_of_its_own_shape():
     src, dst = make(160, 0), make(50257, 1)
-    transfer(src.state_dict(), dst, default_groups(160, 50257))
+    transfer(src.state_dict(), dst, default_groups("midi-events-160", "gpt2"))
     assert dst.transformer.wte.weight.shape == (50257, 16)
     assert dst.lm_head.weight.shape == (50257, 16)
     idx = torch.randint(0, 50257, (1, 8))
@@ -39,7 +39,7 @@ def test_new_vocabulary_gets_fresh_embedding_and_head_of_its_own_shape():
 
 def test_same_vocabulary_copies_everything():
     src, dst = make(97, 0), make(97, 1)
-    transfer(src.state_dict(), dst, default_groups(97, 97))
+    transfer(src.state_dict(), dst, default_groups("gpt2", "gpt2"))
     for k, v in src.state_dict().items():
         assert torch.equal(dst.state_dict()[k], v), k
 
@@ -76,8 +76,63 @@ def test_merge_takes_attention_from_one_model_and_mlp_from_another():
         merge([(a.state_dict(), ["attn"]), (b.state_dict(), ["attn"])], dst)
 
 
+def test_default_cross_vocabulary_transfer_is_the_papers_attn_mlp_norm():
+    """The ladder paper copies ONLY attention, feed-forward and normalisation weights between
+    music and text; positions, embedding and head stay fresh. Tokenizers are compared by name."""
+    assert default_groups("midi-events-160", "gpt2") == ("attn", "mlp", "norm")
+    assert default_groups("procedural-102", "tasks-102") == ("attn", "mlp", "norm")  # same size, other tokens
+    src, dst = make(160, 0), make(50257, 1)
+    fresh = {k: v.clone() for k, v in dst.state_dict().items()}
+    report = transfer(src.state_dict(), dst, default_groups("midi-events-160", "gpt2"))
+    assert {group_of(n) for n in report["copied"]} == {"attn", "mlp", "norm"}
+    assert torch.equal(dst.transformer.wpe.weight, fresh["transformer.wpe.weight"])
+    assert torch.equal(dst.transformer.wte.weight, fresh["transformer.wte.weight"])
+
+
+def test_shared_rows_carry_the_vocabulary_into_a_model_with_a_mask_row():
+    src, dst = make(97, 0), make(98, 1)           # 97 tokens -> 97 + [MASK]
+    mask_row = dst.transformer.wte.weight[97].clone()
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        transfer(src.state_dict(), dst, tuple(GROUPS))
+    transfer(src.state_dict(), dst, tuple(GROUPS), shared_rows=True)
+    assert torch.equal(dst.transformer.wte.weight[:97], src.transformer.wte.weight)
+    assert torch.equal(dst.transformer.wte.weight[97], mask_row)
+    back = make(97, 2)                              # and back, dropping the [MASK] row
+    transfer(dst.state_dict(), back, tuple(GROUPS), shared_rows=True)
+    assert torch.equal(back.transformer.wte.weight, dst.transformer.wte.weight[:97])
+
+
+def test_mean_embedding_init_and_freeze():
+    from transfer import freeze, mean_embedding_init
+    src, dst = make(102, 0), make(174, 1)
+    mean_embedding_init(src.state_dict(), dst)
+    want = src.transformer.wte.weight.mean(0)
+    assert torch.allclose(dst.transformer.wte.weight, want.expand(174, -1))
+    freeze(dst, ("attn",))
+    for name, p in dst.named_parameters():
+        assert p.requires_grad == (group_of(name) != "attn"), name
+    opt = dst.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    assert sum(len(g["params"]) for g in opt.param_groups) == sum(p.requires_grad for p in dst.parameters())
+
+
+def test_merge_command_writes_a_checkpoint_usable_with_init_from(tmp_path):
+    import transfer as tr
+    from checkpoint import load_checkpoint, save_checkpoint
+    a, b = make(50, 0), make(50, 1)
+    for name, m in (("a", a), ("b", b)):
+        save_checkpoint(tmp_path / f"{name}.pt", {"model": m.state_dict(), "model_config": vars(m.config).copy()})
+    tr.main(["merge", "--attn", str(tmp_path / "a.pt"), "--mlp", str(tmp_path / "b.pt"), "-o", str(tmp_path / "m.pt")])
+    merged = load_checkpoint(tmp_path / "m.pt")["model"]
+    for name, p in a.named_parameters():
+        want = b.state_dict()[name] if group_of(name) == "mlp" else p
+        assert torch.equal(merged[name], want), name
+    with pytest.raises(SystemExit):
+        tr.main(["merge", "--attn", str(tmp_path / "nope.pt"), "-o", str(tmp_path / "x.pt")])
+
+
 def test_parse_groups():
     assert parse_groups("attn, norm") == ("attn", "norm")
     assert parse_groups("all") == tuple(GROUPS)
+    assert parse_groups("full") == ("attn", "mlp", "norm")
     with pytest.raises(ValueError, match="unknown transfer group"):
         parse_groups("attention")
