@@ -166,6 +166,9 @@ def parse_args(argv=None):
     g = p.add_argument_group("evaluation, logging, checkpoints")
     g.add_argument("--eval-interval", type=int, default=50, help="evaluate and checkpoint every N steps")
     g.add_argument("--eval-iters", type=int, default=20, help="batches per evaluation")
+    g.add_argument("--patience", type=int, default=None,
+                   help="end a stage early once its validation loss has not improved for this many "
+                        "evaluations in a row (train until the loss plateaus; default: off)")
     g.add_argument("--log-interval", type=int, default=10, help="log the train loss every N steps")
     g.add_argument("--out", default="out/run", help="output folder (default: %(default)s)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt if it exists")
@@ -190,7 +193,7 @@ def parse_args(argv=None):
             p.error(str(e))
     for flag in ("iters", "epochs", "tokens", "unique_tokens", "batch_size", "grad_accum", "n_layer",
                  "n_head", "n_embd", "block_size", "eval_interval", "eval_iters", "log_interval",
-                 "procedural_sequences", "task_train", "task_test", "math_problems", "music_chunks"):
+                 "procedural_sequences", "task_train", "task_test", "math_problems", "music_chunks", "patience"):
         v = getattr(args, flag)
         if v is not None and v <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive, got {v:g}")
@@ -521,6 +524,7 @@ def run(args):
         iters = stage_iters(args, corpus, rows_per_iter)
         tokens_per_iter = rows_per_iter * T
         it0 = 0
+        plateau = {"best": float("inf"), "bad_evals": 0, "stopped_at": None}  # --patience
         if resume is not None and si == resume["stage_index"] and resume["iter"] == 0:
             resume = None  # the stage had not started: begin it from the previous stage's weights
         if resume is not None and si == resume["stage_index"]:
@@ -531,6 +535,9 @@ def run(args):
             if device.type == "cuda" and resume.get("cuda_rng"):
                 torch.cuda.set_rng_state_all(resume["cuda_rng"])
             it0 = resume["iter"]
+            plateau = resume.get("plateau", plateau)
+            if plateau["stopped_at"]:  # killed after --patience ended the stage: do not train on
+                it0 = iters
             resume = None
         hook = None
         if args.prores:
@@ -572,7 +579,7 @@ def run(args):
                     "scaler": scaler.state_dict(), "rng": torch.get_rng_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else [],
                     "stage_index": stage_index, "stage": name, "iter": it, "stages": stages,
-                    "summaries": summaries, "model_config": asdict(cfg), "args": vars(args)})
+                    "summaries": summaries, "plateau": plateau, "model_config": asdict(cfg), "args": vars(args)})
 
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
@@ -628,8 +635,20 @@ def run(args):
                                            f"{done}; the last good checkpoint {ckpt_path} is kept unchanged.")
                 emit(event="eval", stage=name, stage_index=si, iter=done,
                      **{(k if k == "accuracy" else f"{k}_loss"): v for k, v in last_eval.items()})
+                improved = last_eval["val"] < plateau["best"]
+                plateau["best"] = min(plateau["best"], last_eval["val"])
+                plateau["bad_evals"] = 0 if improved else plateau["bad_evals"] + 1
+                if args.patience and plateau["bad_evals"] >= args.patience and done < iters:
+                    plateau["stopped_at"] = done
                 checkpoint(done)
+                if plateau["stopped_at"]:
+                    if master:
+                        print(f"\n{name}: no improvement in {args.patience} evaluations: stopped at step {done} "
+                              f"(best val loss {plateau['best']:.4f})")
+                    break
         bar.close()
+        if plateau["stopped_at"]:
+            iters = plateau["stopped_at"]
         if last_eval is None:  # a resumed stage that had already finished its steps
             last_eval = evaluate()
         summary = {"name": name, "vocab_size": corpus.vocab_size, "tokenizer": corpus.info.get("tokenizer"),
@@ -637,6 +656,7 @@ def run(args):
                    "unique_tokens": len(corpus.train), "epochs": iters * tokens_per_iter / len(corpus.train),
                    "train_loss": last_eval["train"], "val_loss": last_eval["val"],
                    "val_loss_kind": "nll bound" if objective.name == "mdlm" else "nll",
+                   "best_val_loss": min(plateau["best"], last_eval["val"]), "stopped_early": plateau["stopped_at"],
                    "val_ppl": math.exp(min(last_eval["val"], 700))}
         if "accuracy" in last_eval:
             summary["accuracy"] = last_eval["accuracy"]

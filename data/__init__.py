@@ -6,7 +6,7 @@ path such as `text:PATH`. Every loader prepares its corpus once into the cache f
 (data/common.py) and memory-maps it afterwards.
 """
 
-from . import music, procedural, tasks, text
+from . import code, mathematics, music, procedural, tasks, text
 from .common import Corpus, cache_dir
 
 # name -> (loader(cache, **opts) -> Corpus, one line for --help)
@@ -18,6 +18,8 @@ STAGES = {
     "wiki-leads": (text.load_wiki_leads, "10,033 Wikipedia lead sections carried on PyPI (offline)"),
     "wikitext2": (lambda cache, **o: text.load_wikitext("wikitext2", cache, **o), "WikiText-2 raw (official archive or --data-dir)"),
     "wikitext103": (lambda cache, **o: text.load_wikitext("wikitext103", cache, **o), "WikiText-103 raw (official archive or --data-dir)"),
+    "code": (code.load_code, "Python code, GPT-2 BPE: the standard library's own sources, tests excluded (offline)"),
+    "math": (mathematics.load_math, "DeepMind Mathematics questions/answers, GPT-2 BPE, from its PyPI generator (--math-problems)"),
 }
 # prefix -> (loader(path, cache, **opts) -> Corpus, one line for --help)
 PREFIXES = {

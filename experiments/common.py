@@ -1,0 +1,222 @@
+"""
+What every experiment script shares: running a sweep of train.py runs (each in its own folder,
+skipped when finished, resumed when interrupted, optionally several at once), reading their
+results back, the statistics and the facts a report states (hardware, time).
+
+    runs = [Run("ladder-d32-s0", out / "runs" / "ladder-d32-s0", ["--stages", "music,prose", ...]), ...]
+    run_sweep(runs, jobs=2)              # two runs at a time, one thread each
+    s = read_summary(runs[0].folder)     # summary.json, or None if it has not finished
+
+--jobs: on this 2-core CPU a small model gains little from a second thread (a d16 step ~1.35x),
+so two runs with one thread each finish a sweep sooner than one run at a time with two threads;
+`python bench.py --jobs` measures it (README, "Speed"). Each job is a fresh Python process
+(spawn), so runs never share state; a run's output goes to <folder>/log.txt when jobs > 1.
+"""
+
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
+
+import train  # noqa: E402
+from data.common import UserError, atomic_write_bytes  # noqa: E402
+
+
+@dataclass
+class Run:
+    """One train.py run of a sweep: a name, its folder and its train.py flags (without --out)."""
+    name: str
+    folder: Path
+    argv: list
+    meta: dict = field(default_factory=dict)  # the experiment's own labels (condition, width, seed...)
+
+
+def add_sweep_args(p, default_out):
+    """The flags every experiment script has."""
+    p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
+    p.add_argument("--out", default=None, help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="runs at a time, each with --threads threads (default 2: on 2 cores two 1-thread runs "
+                        "finish a sweep of small models sooner than one 2-thread run at a time)")
+    p.add_argument("--threads", type=int, default=0, help="threads per run (0: cores / jobs)")
+    p.add_argument("--report-only", action="store_true", help="no training: rebuild the report from finished runs")
+
+
+def threads_per_run(jobs, threads):
+    return threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))
+
+
+def is_finished(folder):
+    return (Path(folder) / "summary.json").exists() or (Path(folder) / "diverged.json").exists()
+
+
+def read_summary(folder):
+    path = Path(folder) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_events(folder, event=None):
+    """The events of metrics.jsonl (optionally only one kind), the last record of each
+    (stage_index, iter, event): a resumed run logs some steps twice."""
+    path = Path(folder) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    last = {}
+    for line in open(path):
+        e = json.loads(line)
+        if event is None or e.get("event") == event:
+            last[(e.get("stage_index"), e.get("iter"), e.get("event"))] = e
+    return list(last.values())
+
+
+def _run_one(argv, folder, threads, quiet):
+    """Train one run (in this process or a worker); a divergence is a finding, written down."""
+    import torch
+    torch.set_num_threads(threads)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    full = list(argv) + ["--out", str(folder), "--resume", "--threads", str(threads)] + (["--no-progress"] if quiet else [])
+    t0 = time.time()
+    log = open(folder / "log.txt", "a") if quiet else None
+    old = sys.stdout, sys.stderr
+    try:
+        if log:
+            sys.stdout = sys.stderr = log
+        train.run(train.parse_args(full))
+        status = "done"
+    except train.TrainingDiverged as e:
+        atomic_write_bytes(folder / "diverged.json", json.dumps({"error": str(e), "argv": full}).encode())
+        status = f"diverged: {e}"
+    finally:
+        sys.stdout, sys.stderr = old
+        if log:
+            log.close()
+    (folder / "ckpt.pt").unlink(missing_ok=True)  # only needed to resume; stage checkpoints stay
+    return status, time.time() - t0
+
+
+def _worker(argv, folder, threads):
+    try:
+        return _run_one(argv, folder, threads, quiet=True)
+    except Exception:  # a bug, not a finding: report it with its traceback, keep the sweep going
+        return "failed:\n" + traceback.format_exc(), 0.0
+
+
+def run_sweep(runs, jobs=1, threads=0, keep=None):
+    """Train every unfinished run. keep(run) -> bool can skip runs (e.g. a stage checkpoint
+    another run needs). Returns {name: (status, seconds)} for the runs trained now."""
+    for r in runs:  # a finished run of other settings is not silently reused
+        s = read_summary(r.folder)
+        if s is not None:
+            from checkpoint import check_resume_args
+            check_resume_args(s["args"], train.parse_args(list(map(str, r.argv)) + ["--out", str(r.folder)]), r.folder)
+    todo = [r for r in runs if not is_finished(r.folder)]
+    n_done = len(runs) - len(todo)
+    if n_done:
+        print(f"{n_done} of {len(runs)} runs already finished (skipped)")
+    threads = threads_per_run(jobs, threads)
+    results = {}
+    if jobs <= 1:
+        for k, r in enumerate(todo, 1):
+            print(f"[{k}/{len(todo)}] {r.name}: python train.py {' '.join(map(str, r.argv))} --out {r.folder}", flush=True)
+            results[r.name] = _run_one(r.argv, r.folder, threads, quiet=False)
+            print(f"  {results[r.name][0]} ({results[r.name][1]:.0f} s)", flush=True)
+        return results
+    print(f"{len(todo)} runs, {jobs} at a time, {threads} thread(s) each; logs in <run>/log.txt", flush=True)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_worker, list(map(str, r.argv)), str(r.folder), threads): r for r in todo}
+        for k, f in enumerate(as_completed(futures), 1):
+            r = futures[f]
+            results[r.name] = f.result()
+            print(f"[{k}/{len(todo)}] {r.name}: {results[r.name][0]} ({results[r.name][1]:.0f} s)", flush=True)
+    failed = [n for n, (s, _) in results.items() if s.startswith("failed")]
+    if failed:
+        raise UserError(f"{len(failed)} run(s) failed with an error (not a divergence): {failed}; "
+                        f"see their log.txt; the first: {results[failed[0]][0][-1500:]}")
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics and report facts
+
+def mean_std(xs):
+    """(mean, sample std, n) of the finite values; std 0 for n = 1; (nan, nan, 0) for none."""
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return float("nan"), float("nan"), 0
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+
+
+def fmt_mean_std(xs, fmt="{:.3f}"):
+    m, s, n = mean_std(xs)
+    if n == 0:
+        return "-"
+    return fmt.format(m) if n == 1 else f"{fmt.format(m)} ± {fmt.format(s)}"
+
+
+def welch_p(a, b):
+    """Two-sided p-value of Welch's t-test (scipy.stats.ttest_ind, equal_var=False); None when
+    either side has fewer than 2 values or both have no spread."""
+    from scipy import stats
+    a = [x for x in a if x is not None and math.isfinite(x)]
+    b = [x for x in b if x is not None and math.isfinite(x)]
+    if len(a) < 2 or len(b) < 2 or (statistics.pstdev(a) == 0 and statistics.pstdev(b) == 0):
+        return None
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def hardware():
+    """One line: CPU model, cores, torch version: what a report's times were measured on."""
+    import torch
+    cpu = platform.processor() or "CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}"
+
+
+def write_json(path, obj):
+    atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
+
+
+def save_figure(fig, path):
+    """Write a matplotlib figure atomically and close it."""
+    import matplotlib.pyplot as plt
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
+    plt.close(fig)
+
+
+def pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def main_guard(main):
+    """Run an experiment's main(); a UserError is one line on stderr and exit 2."""
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("\ninterrupted; rerun the same command to resume (finished runs are skipped)", file=sys.stderr)
+        sys.exit(130)
