@@ -11,6 +11,10 @@ data-preparation throughput (GPT-2 BPE via tiktoken; MIDI files via mido).
 
     python bench.py                 # every shape; the last line is speedup_vs_full_logits=...
     python bench.py --shapes d64 --rounds 2
+    python bench.py --grid          # fp32 / bf16 autocast / --dtype auto on the experiments' shapes;
+                                    # the last line is worst_auto_ratio=... (auto vs the faster of the two)
+    python bench.py --loop          # where a tiny model's train.py step goes, against the bare step
+    python bench.py --jobs          # a sweep of small runs: 2 at a time x 1 thread vs 1 at a time x 2
 """
 
 import argparse
@@ -23,6 +27,18 @@ from pathlib import Path
 import torch
 
 from model import GPT, GPTConfig
+
+# --grid: the shapes the experiments train (vocab, n_layer, n_head, n_embd, batch, block)
+GRID = {
+    "procedural d16 L2": (102, 2, 4, 16, 32, 64),
+    "prores d32 L24": (160, 24, 4, 32, 16, 128),
+    "prores d32 L48": (160, 48, 4, 32, 16, 128),
+    "music d64 L4": (160, 4, 4, 64, 32, 256),
+    "tasks d16 L2": (174, 2, 4, 16, 32, 64),
+    "text d16 L4": (50257, 4, 4, 16, 32, 256),
+    "text d64 L4": (50257, 4, 4, 64, 32, 256),
+    "text d32 L4 (16x128)": (50257, 4, 4, 32, 16, 128),
+}
 
 SHAPES = {  # name: (vocab, n_layer, n_head, n_embd, batch, block)
     "d16": (50257, 4, 4, 16, 32, 256),
@@ -122,6 +138,125 @@ def bench_shape(name, device, variants, rounds, peaks):
     return rows
 
 
+def grid(device, rounds, shapes=None):
+    """fp32, bf16 autocast and train.py's --dtype auto on each GRID shape, one process, rounds
+    interleaved, minimum kept. Returns rows (shape, {variant: ms}, auto / min(fp32, bf16))."""
+    from train import resolve_dtype
+    rows = []
+    for name in shapes or GRID:
+        vocab, n_layer, n_head, n_embd, B, T = GRID[name]
+        auto_dtype, head = resolve_dtype("auto", device, vocab)
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(block_size=T, vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_embd=n_embd)).to(device)
+        opt = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), device.type)
+        x = torch.randint(0, vocab, (B, T), device=device)
+        y = torch.randint(0, vocab, (B, T), device=device)
+        variants = {"fp32": (torch.float32, ""), "bf16": (torch.bfloat16, ""),
+                    "auto": (getattr(torch, auto_dtype), head)}
+
+        def step(dtype, head_dtype):
+            model.config.head_dtype = head_dtype
+            with (nullcontext() if dtype == torch.float32 else torch.autocast(device.type, dtype=dtype)):
+                _, loss = model(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        best = {k: float("inf") for k in variants}
+        for v in variants.values():  # warm-up
+            step(*v)
+        for _ in range(rounds):
+            for k, v in variants.items():
+                sync(device)
+                t = time.perf_counter()
+                step(*v)
+                sync(device)
+                best[k] = min(best[k], time.perf_counter() - t)
+        label = f"{auto_dtype}{' + ' + head + ' head' if head else ''}"
+        rows.append((name, {k: v * 1000 for k, v in best.items()}, best["auto"] / min(best["fp32"], best["bf16"]), label))
+        print(f"{name:<22}{best['fp32'] * 1000:>9.0f}{best['bf16'] * 1000:>9.0f}{best['auto'] * 1000:>9.0f}"
+              f"{rows[-1][2]:>9.2f}   {label}", flush=True)
+    return rows
+
+
+def loop_profile(steps=60):
+    """Where a tiny model's train.py step goes, against the bare model step: the components the
+    loop adds (batch assembly, per-row generators, clipping, the optimizer, the .item() syncs),
+    each timed alone over `steps` steps, and the whole train.run step from its own log."""
+    import numpy as np
+    import train
+    from data.common import Corpus
+    torch.manual_seed(0)
+    V, B, T = 102, 32, 64
+    cfg = GPTConfig(block_size=T, vocab_size=V, n_layer=2, n_head=4, n_embd=16)
+    model = GPT(cfg)
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    rows = np.random.default_rng(0).integers(0, V, size=(2000, T + 1)).astype(np.uint16)
+    corpus = Corpus("bench", V, rows.reshape(-1), rows.reshape(-1), str, info={"seq_len": T + 1},
+                    train_mask=np.ones(rows.size, np.uint8), val_mask=np.ones(rows.size, np.uint8))
+    dev = torch.device("cpu")
+    x, y, m = train.get_batch(corpus, "train", B, T, [0, 0, 0], 0, 1, dev)
+
+    def timed(fn):
+        fn()
+        t = time.perf_counter()
+        for i in range(steps):
+            fn(i)
+        return (time.perf_counter() - t) / steps * 1000
+
+    def bare(i=0):
+        _, loss = model(x, y, m)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    parts = {
+        "bare step (forward, backward, AdamW)": timed(bare),
+        "batch assembly (get_batch)": timed(lambda i=0: train.get_batch(corpus, "train", B, T, [0, 0, i], 0, 1, dev)),
+        "per-row generators (MIR/MDLM only)": timed(lambda i=0: train.row_generators([0, 0, i], 0, B)),
+        "gradient clipping": None, "loss .item() + grad-norm .item()": None,
+    }
+    bare()
+    params = list(model.parameters())
+    _, loss = model(x, y, m)
+    loss.backward()
+    parts["gradient clipping"] = timed(lambda i=0: torch.nn.utils.clip_grad_norm_(params, 1.0))
+    parts["loss .item() + grad-norm .item()"] = timed(lambda i=0: (loss.item(), loss.detach().item()))
+    with tempfile.TemporaryDirectory() as d:  # the real loop, from its own metrics (tok/s per log)
+        import json
+        import data
+        orig = data.load
+        data.load = lambda name, **kw: corpus
+        try:
+            train.run(train.parse_args(["--stages", "prose", "--iters", str(steps + 20), "--n-layer", "2",
+                                        "--n-embd", "16", "--n-head", "4", "--batch-size", str(B), "--block-size",
+                                        str(T), "--log-interval", str(steps // 3), "--eval-interval", "100000",
+                                        "--eval-iters", "1", "--no-progress", "--out", d, "--dtype", "float32"]))
+        finally:
+            data.load = orig
+        ev = [json.loads(l) for l in open(Path(d) / "metrics.jsonl") if '"train"' in l]
+        tok_s = max(e["tok_s"] for e in ev[:-1]) if len(ev) > 1 else ev[0]["tok_s"]
+        parts["train.run step (best logged interval)"] = B * T / tok_s * 1000
+    return parts
+
+
+def jobs_comparison(n_runs=4, iters=150):
+    """Wall time of a sweep of n_runs small runs (d16, 2 layers, procedural data): one at a time
+    with 2 threads against two at a time with 1 thread each (experiments.common.run_sweep)."""
+    import shutil
+    from experiments.common import Run, run_sweep
+    res = {}
+    for jobs, threads in ((1, 2), (2, 1)):
+        root = Path(tempfile.mkdtemp(prefix=f"bench-jobs{jobs}-"))
+        runs = [Run(f"r{i}", root / f"r{i}", ["--stages", "procedural:dyck", "--iters", str(iters), "--n-embd", "16",
+                                              "--n-layer", "2", "--batch-size", "32", "--seed", str(i),
+                                              "--eval-interval", str(iters), "--eval-iters", "5"]) for i in range(n_runs)]
+        t = time.perf_counter()
+        run_sweep(runs, jobs=jobs, threads=threads)
+        res[f"{jobs} job(s) x {threads} thread(s)"] = time.perf_counter() - t
+        shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
 def check_agreement(device):
     """Loss and gradients of ours against the standard formulation on one d64 batch:
     max relative error of the loss and of every gradient tensor (fp32 and bf16)."""
@@ -193,16 +328,45 @@ def loss_curves(steps, out):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Time full training steps of our GPT against the standard "
-                                            "full-logits formulation, in one process.")
+    from train import ArgumentParser
+    p = ArgumentParser(description="Time full training steps of our GPT against the standard "
+                                   "full-logits formulation, in one process.")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {list(SHAPES)}")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per variant (minimum kept)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-data", action="store_true", help="skip the data-preparation throughput")
     p.add_argument("--curve", type=int, default=0, metavar="STEPS",
                    help="also train STEPS steps on prose in fp32 and in bf16 and compare the loss curves")
+    p.add_argument("--grid", action="store_true",
+                   help="fp32 / bf16 autocast / --dtype auto on the experiments' shapes (GRID); nothing else")
+    p.add_argument("--loop", action="store_true", help="profile a tiny model's train.py step; nothing else")
+    p.add_argument("--jobs", action="store_true",
+                   help="time a sweep of 4 small runs, 2 at a time x 1 thread vs 1 at a time x 2; nothing else")
     args = p.parse_args(argv)
+    if args.rounds <= 0:
+        p.error(f"--rounds must be positive, got {args.rounds}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA device; use --device cpu")
     device = torch.device(args.device)
+    if args.grid:
+        print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; ms per training step "
+              f"(forward, backward, AdamW), best of {args.rounds} interleaved rounds\n")
+        print(f"{'shape':<22}{'fp32':>9}{'bf16':>9}{'auto':>9}{'ratio':>9}   auto = (ratio: auto / faster of fp32, bf16)")
+        rows = grid(device, args.rounds)
+        worst = max(rows, key=lambda r: r[2])
+        print(f"\nworst: {worst[0]} (auto {worst[2]:.2f}x the faster of fp32 and bf16)")
+        print(f"worst_auto_ratio={worst[2]:.3f}")
+        return
+    if args.loop:
+        parts = loop_profile()
+        print("tiny model (d16, 2 layers, vocab 102, batch 32 x 64), ms per step:")
+        for k, v in parts.items():
+            print(f"  {k:<42}{v:>8.2f}")
+        return
+    if args.jobs:
+        for k, v in jobs_comparison().items():
+            print(f"{k:<24}{v:>8.1f} s")
+        return
     shapes = args.shapes.split(",")
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:

@@ -1,68 +1,113 @@
 """
-Generate from a checkpoint: text from a language stage, a .mid file from a music stage.
+Generate from a checkpoint: text from a language stage, a .mid file from a music stage, token
+strings from procedural and task stages; masked-diffusion (MDLM) checkpoints by iterative
+unmasking. A [MASK] row (MIR, MDLM) is never emitted.
 
     python sample.py out/run/stage1-prose.pt --prompt "The river" --tokens 200
     python sample.py out/run/stage0-music.pt --midi sample.mid --tokens 1000
+    python sample.py out/mdlm/stage0-prose.pt --tokens 128 --steps 64     # MDLM: 2 tokens a step
 """
 
-import argparse
 import sys
+from pathlib import Path
 
 import torch
 
+import diffusion
+from checkpoint import read_checkpoint
+from data.common import UserError
 from model import GPT, GPTConfig
-from train import load_checkpoint
+from train import ArgumentParser
 
 
-def load_model(path, device="cpu"):
-    ck = load_checkpoint(path, map_location=device)
+def load_model(path, device="cpu", flag="checkpoint"):
+    ck = read_checkpoint(path, flag, map_location=device)
+    if "model_config" not in ck:
+        raise UserError(f"{flag} {path}: has no model_config (a merged or foreign checkpoint?); give a "
+                        "stage checkpoint written by train.py")
     model = GPT(GPTConfig(**ck["model_config"]))
     model.load_state_dict(ck["model"])
     return model.to(device).eval(), ck
 
 
+def real_vocab(ck):
+    """Token ids a sample may contain: the corpus vocabulary, without the [MASK] row."""
+    cfg = ck["model_config"]
+    if ck.get("vocab") is not None:
+        return ck["vocab"]
+    return cfg["vocab_size"] - (1 if (ck.get("args") or {}).get("mir") or not cfg.get("causal", True) else 0)
+
+
+def generate(model, ck, prompt_ids, n_tokens, samples, temperature, top_k, gen, steps):
+    """(samples, len(prompt) + n_tokens) ids: autoregressive for causal models, iterative
+    unmasking (diffusion.sample) for MDLM checkpoints (the prompt is then ignored)."""
+    vocab, device = real_vocab(ck), next(model.parameters()).device
+    if not model.config.causal:
+        length = min(n_tokens, model.config.block_size)
+        return diffusion.sample(model, samples, length, mask_id=vocab, steps=steps or length, generator=gen,
+                                temperature=temperature, vocab_limit=vocab)
+    x = torch.tensor([prompt_ids] * samples, dtype=torch.long, device=device)
+    return model.generate(x, n_tokens, temperature, top_k, generator=gen, vocab_limit=vocab)
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Sample from a prelude checkpoint (text, or MIDI for music stages).")
+    p = ArgumentParser(description="Sample from a prelude checkpoint (text, MIDI for music stages, token "
+                                   "strings for procedural and task stages; MDLM by iterative unmasking).")
     p.add_argument("checkpoint", help="a stage checkpoint (OUT/stage<i>-<name>.pt) or OUT/ckpt.pt")
     p.add_argument("--prompt", default="\n", help="text prompt (language stages; default: a newline)")
     p.add_argument("--tokens", type=int, default=200, help="tokens to generate (default: %(default)s)")
     p.add_argument("--samples", type=int, default=1, help="how many samples (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default: %(default)s)")
     p.add_argument("--top-k", type=int, default=200, help="sample among the k most likely tokens (0 = all)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="MDLM checkpoints: unmasking steps (default: one per token; fewer reveal several at once)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--midi", default=None, help="music stages: write the sample(s) to this .mid path")
     p.add_argument("--device", default="cpu")
     p.add_argument("--cache-dir", default=None, help="the prepared-data cache (for the tokenizer files)")
     args = p.parse_args(argv)
+    for flag in ("tokens", "samples", "steps"):
+        if getattr(args, flag) is not None and getattr(args, flag) <= 0:
+            p.error(f"--{flag} must be positive, got {getattr(args, flag)}")
+    try:
+        sample(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
+
+def sample(args):
     model, ck = load_model(args.checkpoint, args.device)
-    vocab = ck["model_config"]["vocab_size"]
+    tokenizer = ck.get("tokenizer") or {50257: "gpt2", 160: "midi-events-160"}.get(real_vocab(ck))
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     top_k = args.top_k or None
-    if vocab == 50257:
+    if tokenizer == "gpt2":
         from data.common import cache_dir
         from data.text import gpt2_encoding
         enc = gpt2_encoding(cache_dir(args.cache_dir))
         ids = enc.encode(args.prompt, allowed_special={"<|endoftext|>"}) or [enc.eot_token]
-        x = torch.tensor([ids] * args.samples, dtype=torch.long, device=args.device)
-        y = model.generate(x, args.tokens, args.temperature, top_k, generator=gen)
-        for row in y.tolist():
+        for row in generate(model, ck, ids, args.tokens, args.samples, args.temperature, top_k, gen, args.steps).tolist():
             print(enc.decode(row))
             print("-" * 60)
         return
-    from data import music
-    if vocab != music.VOCAB_SIZE:
-        sys.exit(f"checkpoint vocabulary {vocab} is neither GPT-2 text (50257) nor music ({music.VOCAB_SIZE})")
-    x = torch.full((args.samples, 1), music.BOS, dtype=torch.long, device=args.device)
-    y = model.generate(x, args.tokens, args.temperature, top_k, generator=gen)
-    from pathlib import Path
-    out = Path(args.midi or "sample.mid")
-    for i, row in enumerate(y.tolist()):
-        path = out if args.samples == 1 else out.with_name(f"{out.stem}-{i}{out.suffix or '.mid'}")
-        mid = music.decode(row)
-        mid.save(path)
-        notes = sum(1 for t in mid.tracks for m in t if m.type == "note_on" and m.velocity > 0)
-        print(f"wrote {path}: {notes} notes, {mid.length:.1f} s")
+    if tokenizer == "midi-events-160":
+        from data import music
+        y = generate(model, ck, [music.BOS], args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
+        out = Path(args.midi or "sample.mid")
+        for i, row in enumerate(y.tolist()):
+            path = out if args.samples == 1 else out.with_name(f"{out.stem}-{i}{out.suffix or '.mid'}")
+            mid = music.decode(row)
+            mid.save(path)
+            notes = sum(1 for t in mid.tracks for m in t if m.type == "note_on" and m.velocity > 0)
+            print(f"wrote {path}: {notes} notes, {mid.length:.1f} s")
+        return
+    # procedural / task / other vocabularies: the ids, decoded where the stage's module can
+    decode = None
+    if str(tokenizer).startswith("tasks-"):
+        from data.tasks import decode
+    y = generate(model, ck, [0], args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
+    for row in y.tolist():
+        print(decode(row) if decode else " ".join(map(str, row)))
 
 
 if __name__ == "__main__":

@@ -43,8 +43,16 @@ class TrainingDiverged(UserError):
     pass
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr (the problem, then where to read more),
+    exit status 2, instead of a usage block; shared by every entry point of the project."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description="Train a small GPT through a curriculum of stages (the ladder, procedural "
                     "warm-up, MIR, ProRes). Each stage continues from the previous stage's weights.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -86,9 +94,11 @@ def parse_args(argv=None):
     g.add_argument("--cache-dir", default=None,
                    help="where prepared corpora are cached (default: $PRELUDE_CACHE or ~/.cache/prelude)")
 
-    g = p.add_argument_group("budget (per stage; give at most one)")
+    g = p.add_argument_group("budget (per stage: --epochs or --tokens, or --iters alone; with either of "
+                             "the first two, --iters caps the steps)")
     b = g.add_mutually_exclusive_group()
-    b.add_argument("--iters", type=int, default=None, help="optimizer steps per stage (default: 200)")
+    g.add_argument("--iters", type=int, default=None,
+                   help="optimizer steps per stage (default: 200); with --epochs/--tokens, at most this many")
     b.add_argument("--epochs", type=float, default=None, help="passes over each stage's training tokens")
     b.add_argument("--tokens", type=float, default=None, help="training tokens per stage (e.g. 2e6)")
 
@@ -318,15 +328,18 @@ def load_corpus(name, args):
 
 
 def stage_iters(args, corpus, rows_per_iter):
-    """Optimizer steps of a stage: --iters, or --epochs / --tokens converted at this stage's
-    tokens per step (a record corpus counts whole records, context = record length - 1)."""
-    if args.iters is not None:
+    """Optimizer steps of a stage: --epochs / --tokens converted at this stage's tokens per step
+    (a record corpus counts whole records, context = record length - 1), capped by --iters;
+    or --iters alone."""
+    if args.epochs is None and args.tokens is None:
         return args.iters
     T = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
     if args.epochs is not None:
         per_row = T + 1 if corpus.info.get("seq_len") else T
-        return max(1, math.ceil(args.epochs * len(corpus.train) / (rows_per_iter * per_row)))
-    return max(1, math.ceil(args.tokens / (rows_per_iter * T)))
+        n = max(1, math.ceil(args.epochs * len(corpus.train) / (rows_per_iter * per_row)))
+    else:
+        n = max(1, math.ceil(args.tokens / (rows_per_iter * T)))
+    return min(n, args.iters) if args.iters else n
 
 
 def lr_at(it, iters, args):

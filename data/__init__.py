@@ -52,7 +52,9 @@ def check_name(name):
             except ValueError as e:
                 raise ValueError(f"stage {name!r}: {e}") from None
         return
-    raise ValueError(f"unknown stage {name!r}. Valid stages:\n  " + "\n  ".join(describe()))
+    valid = list(STAGES) + [f"{p}:{'PATH' if p == 'text' else '...'}" for p in PREFIXES]
+    raise ValueError(f"unknown stage {name!r}. Valid stages: {', '.join(valid)} "
+                     "(python train.py --help describes each)")
 
 
 def load(name, cache_dir=None, prose="wiki-leads", **opts) -> Corpus:

