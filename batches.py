@@ -1,0 +1,138 @@
+"""
+What the loop reads: a stage's corpus with the run's data flags, its budget in steps, and its
+batches (random windows of a token stream, or whole records of procedural and task corpora,
+with their loss masks), plus the per-row generators objectives draw their masks from and the
+task stages' exact-answer accuracy.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+import data
+from data.common import UserError
+
+
+# data: random windows (or whole records) of the token stream. Each step draws ONE global batch
+# of grad_accum x world x B rows from a generator seeded by the step itself; micro-batch m of
+# rank r takes rows [(m * world + r) * B, ... + B). So a resumed run draws exactly the batches of
+# the uninterrupted run, and 2 processes (or 2 accumulation steps) at batch B see the rows of 1
+# at batch 2B.
+
+def get_batch(corpus, split, batch_size, block_size, key, rank, world, device, micro=0, accum=1):
+    """(x, y, loss_mask or None): rows (micro * world + rank) * B ... + B of the global batch `key`."""
+    stream = corpus.train if split == "train" else corpus.val
+    mask = corpus.train_mask if split == "train" else corpus.val_mask
+    rng = np.random.default_rng(key)
+    n_rows = accum * world * batch_size
+    seq = corpus.info.get("seq_len")
+    chunk = corpus.info.get("chunk_len") if split == "train" else None
+    if seq:  # fixed-length records (procedural data, tasks): one row = one record
+        width = seq
+        starts = rng.integers(0, len(stream) // seq, size=n_rows) * seq
+    elif chunk == block_size + 1:  # a stream of selected chunks: one training sequence = one chunk
+        width = chunk
+        starts = rng.integers(0, len(stream) // chunk, size=n_rows) * chunk
+    else:
+        if len(stream) <= block_size + 1:
+            raise UserError(f"{corpus.name} {split} has {len(stream)} tokens; --block-size {block_size} needs "
+                            "more: lower --block-size or give more data")
+        width = block_size + 1
+        starts = rng.integers(0, len(stream) - block_size - 1, size=n_rows)
+    first = (micro * world + rank) * batch_size
+    starts = starts[first:first + batch_size]
+    idx = starts[:, None] + np.arange(width)                             # (B, width)
+    xy = torch.from_numpy(np.asarray(stream[idx], dtype=np.int64))
+    m = None if mask is None else torch.from_numpy(np.asarray(mask[idx[:, 1:]], dtype=np.int64))
+    x, y = xy[:, :-1], xy[:, 1:]
+    if device.type == "cuda":
+        x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        m = m.pin_memory().to(device, non_blocking=True) if m is not None else None
+    return x.contiguous(), y.contiguous(), m
+
+
+def row_generators(key, first, n):
+    """One torch.Generator per row of a micro-batch, seeded by (step key, global row index): the
+    randomness an objective draws for a row (MIR's masked copy, MDLM's masks) does not depend on
+    how the global batch is split into micro-batches or processes."""
+    return [torch.Generator().manual_seed(int(np.random.SeedSequence(list(key) + [r]).generate_state(1)[0]))
+            for r in range(first, first + n)]
+
+
+def unigram_perplexity(corpus):
+    """Perplexity of the validation targets under the training targets' unigram distribution
+    (add-one smoothing; only targets that count, where a loss mask exists): the bar a model
+    must clear to have learnt more than token counts."""
+    tr, va = np.asarray(corpus.train), np.asarray(corpus.val)
+    if corpus.train_mask is not None:
+        tr, va = tr[np.asarray(corpus.train_mask) > 0], va[np.asarray(corpus.val_mask) > 0]
+    counts = np.bincount(tr, minlength=corpus.vocab_size).astype(np.float64) + 1.0
+    logp = np.log(counts / counts.sum())
+    return float(np.exp(-logp[va].mean())) if len(va) else float("nan")
+
+
+def keep_unique_tokens(corpus, n):
+    """The data-constrained regime: only the first n training tokens (whole records for record
+    corpora, whole chunks for chunked music), repeated for as many epochs as the budget asks."""
+    unit = corpus.info.get("seq_len") or corpus.info.get("chunk_len") or 1
+    n = int(n) // unit * unit
+    if n < unit or n > len(corpus.train):
+        raise UserError(f"--unique-tokens {n:,}: stage {corpus.name!r} has {len(corpus.train):,} training tokens"
+                        + (f" in records of {unit}" if unit > 1 else "") + "; choose a value between them")
+    corpus.train = corpus.train[:n]
+    if corpus.train_mask is not None:
+        corpus.train_mask = corpus.train_mask[:n]
+    return corpus
+
+
+def load_corpus(name, args):
+    """data.load for a stage, with the run's data options; a problem with the user's data
+    (a missing folder, an empty one, junk files) becomes a one-line UserError."""
+    opts = dict(cache_dir=args.cache_dir, prose=args.prose, poetry_file=args.poetry_file,
+                poetry_lines=args.poetry_lines, data_dir=args.data_dir, music_dir=args.music_dir,
+                music_composers=args.music_composers, music_chunks=args.music_chunks,
+                synthetic_tokens=args.synthetic_tokens, block_size=args.block_size, seed=args.data_seed,
+                procedural_sequences=args.procedural_sequences, task_train=args.task_train,
+                task_test=args.task_test, math_problems=args.math_problems)
+    try:
+        corpus = data.load(name, **opts)
+    except (FileNotFoundError, ValueError) as e:
+        raise UserError(f"stage {name!r}: {e}") from None
+    if corpus.info.get("seq_len", 0) - 1 > args.block_size:
+        raise UserError(f"stage {name!r} has records of {corpus.info['seq_len']} tokens; it needs --block-size "
+                        f">= {corpus.info['seq_len'] - 1}")
+    return keep_unique_tokens(corpus, args.unique_tokens) if args.unique_tokens else corpus
+
+
+def stage_iters(args, corpus, rows_per_iter):
+    """Optimizer steps of a stage: --epochs / --tokens converted at this stage's tokens per step
+    (a record corpus counts whole records, context = record length - 1), capped by --iters;
+    or --iters alone."""
+    if args.epochs is None and args.tokens is None:
+        return args.iters
+    T = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
+    if args.epochs is not None:
+        per_row = T + 1 if corpus.info.get("seq_len") else T
+        n = max(1, math.ceil(args.epochs * len(corpus.train) / (rows_per_iter * per_row)))
+    else:
+        n = max(1, math.ceil(args.tokens / (rows_per_iter * T)))
+    return min(n, args.iters) if args.iters else n
+
+
+@torch.no_grad()
+def task_accuracy(model, corpus, batch, device, amp):
+    """Exact-answer accuracy on a task's whole test split (data/tasks.py): the answer span is
+    right iff every teacher-forced argmax on it is right, which is exactly greedy decoding."""
+    from data.tasks import answer_accuracy
+    S = corpus.info["seq_len"]
+    rows = np.asarray(corpus.val).reshape(-1, S)
+    mask = np.asarray(corpus.val_mask).reshape(-1, S)
+    right = 0
+    for i in range(0, len(rows), batch):
+        r = torch.from_numpy(rows[i:i + batch].astype(np.int64)).to(device)
+        with amp:
+            logits = model(r[:, :-1])[0]
+        pred = logits[..., :corpus.vocab_size].argmax(-1).cpu().numpy()
+        right += answer_accuracy(pred, rows[i:i + batch, 1:], mask[i:i + batch, 1:]) * len(pred)
+    return right / len(rows)
