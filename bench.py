@@ -94,13 +94,15 @@ def peak_memory_of(fn, device):
 
 
 class Variant:
-    """One way to run a training step on a model: loss implementation x autocast dtype."""
+    """One way to run a training step on a model: loss implementation x autocast dtype (x the
+    fused head's own dtype, which --dtype auto sets to bf16 under an fp32 body on this CPU)."""
 
-    def __init__(self, name, loss_impl, dtype):
-        self.name, self.loss_impl, self.dtype = name, loss_impl, dtype
+    def __init__(self, name, loss_impl, dtype, head_dtype=""):
+        self.name, self.loss_impl, self.dtype, self.head_dtype = name, loss_impl, dtype, head_dtype
 
     def step(self, model, opt, x, y, device):
         model.config.loss_impl = self.loss_impl
+        model.config.head_dtype = self.head_dtype
         amp = nullcontext() if self.dtype == torch.float32 else torch.autocast(device.type, dtype=self.dtype)
         with amp:
             _, loss = model(x, y)
@@ -265,8 +267,8 @@ def check_agreement(device):
     x = torch.randint(0, vocab, (8, T), device=device)
     y = torch.randint(0, vocab, (8, T), device=device)
 
-    def loss_and_grads(impl, dtype):
-        model.config.loss_impl = impl
+    def loss_and_grads(impl, dtype, head=""):
+        model.config.loss_impl, model.config.head_dtype = impl, head
         model.zero_grad(set_to_none=True)
         with (nullcontext() if dtype == torch.float32 else torch.autocast(device.type, dtype=dtype)):
             _, loss = model(x, y)
@@ -275,11 +277,14 @@ def check_agreement(device):
 
     ref_loss, ref = loss_and_grads("standard", torch.float32)
     out = {}
-    for impl, dtype, label in (("fused", torch.float32, "fused fp32"), ("fused", torch.bfloat16, "fused bf16"),
-                               ("standard", torch.bfloat16, "standard bf16")):
-        loss, grads = loss_and_grads(impl, dtype)
+    for impl, dtype, head, label in (("fused", torch.float32, "", "fused fp32"),
+                                     ("fused", torch.float32, "bfloat16", "fused auto"),
+                                     ("fused", torch.bfloat16, "", "fused bf16"),
+                                     ("standard", torch.bfloat16, "", "standard bf16")):
+        loss, grads = loss_and_grads(impl, dtype, head)
         gerr = max(((grads[n] - ref[n]).norm() / ref[n].norm().clamp_min(1e-30)).item() for n in ref)
         out[label] = (abs(loss - ref_loss) / ref_loss, gerr)
+    model.config.head_dtype = ""
     return ref_loss, out
 
 
@@ -311,12 +316,13 @@ def data_throughput():
 
 
 def loss_curves(steps, out):
-    """bf16 against fp32 by their loss curves: the same short run (prose stage, defaults
-    otherwise) in both dtypes through train.run; returns per-step train losses and final val."""
+    """--dtype auto (fp32 body, bf16 LM head + loss here) against fp32 by their loss curves: the
+    same short run (prose stage, defaults otherwise) through train.run; returns per-step train
+    losses, final val loss and seconds for each."""
     import json
     import train
     curves = {}
-    for dtype in ("float32", "bfloat16"):
+    for dtype in ("float32", "auto"):
         folder = Path(out) / dtype
         res = train.run(train.parse_args(["--stages", "prose", "--iters", str(steps), "--log-interval", "1",
                                           "--eval-interval", str(steps), "--dtype", dtype, "--no-progress",
@@ -335,7 +341,7 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-data", action="store_true", help="skip the data-preparation throughput")
     p.add_argument("--curve", type=int, default=0, metavar="STEPS",
-                   help="also train STEPS steps on prose in fp32 and in bf16 and compare the loss curves")
+                   help="also train STEPS steps on prose in fp32 and with --dtype auto and compare the loss curves")
     p.add_argument("--grid", action="store_true",
                    help="fp32 / bf16 autocast / --dtype auto on the experiments' shapes (GRID); nothing else")
     p.add_argument("--loop", action="store_true", help="profile a tiny model's train.py step; nothing else")
@@ -371,10 +377,10 @@ def main(argv=None):
     if unknown:
         p.error(f"unknown shape(s) {unknown}; choose from {list(SHAPES)}")
     from train import resolve_dtype
-    bf16 = resolve_dtype("auto", device) == "bfloat16"  # what train.py runs by default here
+    body, head = resolve_dtype("auto", device, 50257)  # what train.py runs by default here (GPT-2 vocab)
     variants = [Variant("standard fp32", "standard", torch.float32), Variant("fused fp32", "fused", torch.float32)]
-    if bf16:
-        variants.append(Variant("fused bf16", "fused", torch.bfloat16))
+    if body != "float32" or head:
+        variants.append(Variant("fused auto", "fused", getattr(torch, body), head))
     peaks = {torch.float32: matmul_peak(torch.float32, device), torch.bfloat16: matmul_peak(torch.bfloat16, device)}
     print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak "
           f"fp32 {peaks[torch.float32] / 1e9:.0f} GFLOP/s, bf16 {peaks[torch.bfloat16] / 1e9:.0f} GFLOP/s")
@@ -396,18 +402,18 @@ def main(argv=None):
             print(f"{k:<40}{v:>14,.0f}")
     if args.curve:
         curves = loss_curves(args.curve, tempfile.mkdtemp(prefix="bench-curve-"))
-        (f32, v32, s32), (b16, v16, s16) = curves["float32"], curves["bfloat16"]
+        (f32, v32, s32), (b16, v16, s16) = curves["float32"], curves["auto"]
         diffs = [abs(a - b) for a, b in zip(f32, b16)]
-        print(f"\nloss curve, {args.curve} steps on prose: fp32 {s32:.0f} s, bf16 {s16:.0f} s; train loss "
+        print(f"\nloss curve, {args.curve} steps on prose: fp32 {s32:.0f} s, auto {s16:.0f} s; train loss "
               f"max |diff| {max(diffs):.3f}, mean |diff| {sum(diffs) / len(diffs):.3f}, last 10 steps fp32 "
-              f"{sum(f32[-10:]) / 10:.3f} vs bf16 {sum(b16[-10:]) / 10:.3f}; final val loss fp32 {v32:.3f} vs bf16 {v16:.3f}")
+              f"{sum(f32[-10:]) / 10:.3f} vs auto {sum(b16[-10:]) / 10:.3f}; final val loss fp32 {v32:.3f} vs auto {v16:.3f}")
         try:
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
             fig, ax = plt.subplots(figsize=(7, 4))
             ax.plot(f32, label="fp32")
-            ax.plot(b16, label="bf16 autocast", alpha=0.8)
+            ax.plot(b16, label="--dtype auto", alpha=0.8)
             ax.set_xlabel("step")
             ax.set_ylabel("train loss")
             ax.legend()
