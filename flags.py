@@ -145,7 +145,9 @@ def parse_args(argv=None):
 
     g = p.add_argument_group("evaluation, logging, checkpoints")
     g.add_argument("--eval-interval", type=int, default=50, help="evaluate and checkpoint every N steps")
-    g.add_argument("--eval-iters", type=int, default=20, help="batches per evaluation")
+    g.add_argument("--eval-iters", type=int, default=20, help="batches per evaluation (and per split)")
+    g.add_argument("--eval-splits", default="train,val", choices=("train,val", "val"),
+                   help="splits each evaluation measures (default: %(default)s; val alone is cheaper)")
     g.add_argument("--patience", type=int, default=None,
                    help="end a stage early once its validation loss has not improved for this many "
                         "evaluations in a row (train until the loss plateaus; default: off)")

@@ -290,15 +290,17 @@ def train_step(S, args, env, it):
 
 @torch.no_grad()
 def evaluate(S, args, env):
-    """Mean objective loss on --eval-iters fixed batches of each split (the same batches at every
-    evaluation), and a task stage's exact-answer accuracy on its whole test split."""
+    """Mean objective loss on --eval-iters fixed batches of each split in --eval-splits (the same
+    batches at every evaluation and for every --seed), and a task stage's exact-answer accuracy
+    on its whole test split."""
     S.model.eval()
     res = {}
-    for split in ("train", "val"):
+    for split in args.eval_splits.split(","):
         total = 0.0
         for k in range(env.rank, args.eval_iters, env.world):  # eval batches are shared out
+            # the same windows at every evaluation, and for every --seed (chosen by --data-seed)
             x, y, m = get_batch(S.corpus, split, args.batch_size, args.block_size,
-                                [args.seed, 1_000_003, S.si, k, split == "val"], 0, 1, env.device)
+                                [args.data_seed, 1_000_003, S.si, k, split == "val"], 0, 1, env.device)
             with S.amp:
                 total += S.objective.eval_loss(S.model, x, y, m, k).item()
         res[split] = all_mean(total, env.world, env.device) * env.world / args.eval_iters
@@ -396,7 +398,7 @@ def run(args):
         summary = {"name": name, "vocab_size": S.corpus.vocab_size, "tokenizer": S.corpus.info.get("tokenizer"),
                    "objective": S.objective.name, "iters": iters, "tokens": iters * S.tokens_per_iter,
                    "unique_tokens": len(S.corpus.train), "epochs": iters * S.tokens_per_iter / len(S.corpus.train),
-                   "train_loss": last_eval["train"], "val_loss": last_eval["val"],
+                   "train_loss": last_eval.get("train"), "val_loss": last_eval["val"],
                    "val_loss_kind": "nll bound" if S.objective.name == "mdlm" else "nll",
                    "best_val_loss": min(S.plateau["best"], last_eval["val"]),
                    "stopped_early": S.plateau["stopped_at"], "val_ppl": math.exp(min(last_eval["val"], 700))}
@@ -439,7 +441,8 @@ def print_table(summaries):
     print(f"\n{'stage':<14}{'vocab':>7}{'steps':>7}{'tokens':>12}{'train':>8}{'val':>8}{'val ppl':>10}{'unigram ppl':>13}")
     for s in summaries:
         uni = f"{s['unigram_val_ppl']:.1f}" if "unigram_val_ppl" in s else "-"
-        print(f"{s['name']:<14}{s['vocab_size']:>7}{s['iters']:>7}{s['tokens']:>12,}{s['train_loss']:>8.3f}"
+        tr = f"{s['train_loss']:>8.3f}" if s.get("train_loss") is not None else f"{'-':>8}"
+        print(f"{s['name']:<14}{s['vocab_size']:>7}{s['iters']:>7}{s['tokens']:>12,}{tr}"
               f"{s['val_loss']:>8.3f}{s['val_ppl']:>10.1f}{uni:>13}"
               + (f"   accuracy {s['accuracy']:.3f}" if "accuracy" in s else "")
               + ("   (val = NLL bound)" if s.get("objective") == "mdlm" else ""))

@@ -1,0 +1,134 @@
+"""experiments/ladder.py: a tiny version of the ladder sweep end to end (synthetic music, two small text folders
+for poetry and prose, width 8), the report's shape, and that its statistics follow from its runs."""
+import json
+import math
+import statistics
+
+import pytest
+from scipy import stats
+
+import train
+from conftest import write_paragraphs
+from experiments import ladder
+
+RUN_KEYS = {"condition": str, "width": int, "seed": int, "ppl_first_epoch": float, "ppl_final": float,
+            "steps": int, "tokens": int, "seconds": float}
+ROW_KEYS = {"condition", "width", "metric", "mean", "std", "n", "improvement_vs_random", "p_vs_random"}
+
+
+def tiny_argv(tmp_path, text_dir, out, *extra):
+    prose = write_paragraphs(tmp_path / "prose", seed=1)
+    return ["--out", str(out), "--jobs", "1", "--threads", "1", "--widths", "8", "--seeds", "2",
+            "--n-layer", "1", "--n-head", "2", "--batch-size", "2", "--block-size", "16", "--lr", "0.01",
+            "--warmup-iters", "2", "--prose-tokens", "256", "--prose-epochs", "2", "--music-steps", "6",
+            "--poetry-steps", "4", "--music-chunks", "40", "--eval-iters", "2", "--pre-eval-iters", "1",
+            "--long-width", "8", "--long-epochs", "4", "--patience", "1",
+            "--music-stage", "music-synthetic", "--synthetic-tokens", "20000",
+            "--poetry-stage", f"text:{text_dir}", "--prose-stage", f"text:{prose}", *extra]
+
+
+def test_plan_shares_runs_and_every_argv_parses(tmp_path, text_dir, cache):
+    a = ladder.parse_args(tiny_argv(tmp_path, text_dir, tmp_path / "out", "--conditions", "all"))
+    runs = ladder.plan(a)
+    for r in runs.values():  # every run's flags are valid train.py flags; deps come in an earlier wave
+        args = train.parse_args(r.argv + ["--out", str(r.folder)])
+        assert args.n_embd == 8 and args.data_seed == 0
+        assert all(runs[d].meta["wave"] < r.meta["wave"] for d in r.meta["deps"])
+        if r.meta["deps"]:
+            assert args.init_from == str(ladder.checkpoint_of(a, runs[r.meta["deps"][0]]))
+    # one music run (3N chunks) serves music, volume-large, the ablations and the ladder's poetry stage
+    assert ladder.chain(a, "music", 8, 0)[-1].name == ladder.chain(a, "volume-large", 8, 0)[-1].name
+    assert ladder.chain(a, "ablation-attn", 8, 0)[0].name == ladder.chain(a, "ladder", 8, 0)[0].name == "pre-musicL-d8-s0"
+    assert [r.name for r in ladder.chain(a, "synthetic", 8, 1)] == ["pre-synthL-d8-s1", "pre-synth-ladder-d8-s1",
+                                                                     "prose-synth-ladder-d8-s1"]
+    flags = lambda c: train.parse_args(ladder.chain(a, c, 8, 0)[-1].argv)
+    assert flags("ablation-embed").transfer == "attn,mlp,norm,pos" and flags("ablation-mlp").transfer == "mlp"
+    assert flags("music").transfer is None  # train.py's default across tokenizers: attn,mlp,norm
+    spe = 256 // (2 * 16)
+    assert flags("random").iters == 2 * spe and flags("random").eval_interval == spe
+    assert flags("random").unique_tokens == 256
+    assert flags("compute-matched").iters == 6 + 4 + 2 * spe == ladder.ladder_steps(a)
+    assert flags("long-ladder").patience == 1 and flags("long-ladder").iters == 4 * spe
+    m = [train.parse_args(r.argv).music_chunks for r in runs.values() if r.name.startswith("pre-music")]
+    assert sorted(set(m)) == [40, 120]
+
+
+def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
+    out = tmp_path / "out"
+    argv = tiny_argv(tmp_path, text_dir, out, "--conditions", "music,ladder,compute-matched,ablation-embed,long-ladder")
+    ladder.main(argv)
+    rep = json.loads((out / "report.json").read_text())
+    assert set(rep) == {"runs", "table"}
+    for r in rep["runs"]:
+        assert set(r) == set(RUN_KEYS)
+        assert all(isinstance(r[k], t) for k, t in RUN_KEYS.items()), r
+        assert math.isfinite(r["ppl_first_epoch"]) and math.isfinite(r["ppl_final"])
+    conds = {r["condition"] for r in rep["runs"]}
+    assert conds == {"random", "music", "ladder", "compute-matched", "ablation-embed", "long-random", "long-ladder"}
+    assert len(rep["runs"]) == 2 * len(conds)
+    by = lambda c, m: [r[m] for r in rep["runs"] if r["condition"] == c]
+    for row in rep["table"]:  # every number of the table, recomputed from the runs
+        assert set(row) == ROW_KEYS and row["metric"] in ("ppl_first_epoch", "ppl_final")
+        xs = by(row["condition"], row["metric"])
+        base = by("long-random" if row["condition"].startswith("long-") else "random", row["metric"])
+        assert row["n"] == len(xs) == 2
+        assert row["mean"] == pytest.approx(statistics.mean(xs)) and row["std"] == pytest.approx(statistics.stdev(xs))
+        assert row["improvement_vs_random"] == pytest.approx(1 - statistics.mean(xs) / statistics.mean(base))
+        if row["condition"] in ("random", "long-random"):
+            assert row["p_vs_random"] is None and row["improvement_vs_random"] == 0
+        else:
+            assert row["p_vs_random"] == pytest.approx(stats.ttest_ind(xs, base, equal_var=False).pvalue, rel=1e-9)
+    assert len(rep["table"]) == 2 * len(conds)
+    # compute-matched trains prose for as many optimizer steps as the whole ladder took, seed by seed
+    assert by("compute-matched", "steps") == by("ladder", "steps") == [6 + 4 + 16] * 2
+    assert by("random", "steps") == [16, 16] and by("music", "steps") == [22, 22]
+    # the first-epoch perplexity is the evaluation after exactly one prose epoch
+    events = [json.loads(l) for l in open(out / "runs" / "prose-random-d8-s0" / "metrics.jsonl")]
+    first = [e["val_loss"] for e in events if e.get("event") == "eval" and e["iter"] == 8]
+    assert by("random", "ppl_first_epoch")[0] == pytest.approx(math.exp(first[0]))
+    details = json.loads((out / "details.json").read_text())
+    lc = [c for c in details["comparisons"] if c["x"] == "ladder" and c["y"] == "compute-matched"]
+    assert {c["metric"] for c in lc} == {"ppl_first_epoch", "ppl_final"}
+    for c in lc:
+        assert c["p"] == pytest.approx(stats.ttest_ind(by("ladder", c["metric"]), by("compute-matched", c["metric"]),
+                                                       equal_var=False).pvalue, rel=1e-9)
+    for f in ("report.md", "curves.png", "width.png", "ablation.png"):
+        assert (out / f).stat().st_size > 0
+    md = (out / "report.md").read_text()
+    assert "423.0" in md and "| ladder | 8 |" in md and "cores, torch" in md
+    # rerunning skips every finished run; --report-only trains nothing and rebuilds the same table
+    stamp = (out / "runs" / "prose-ladder-d8-s1" / "summary.json").stat().st_mtime_ns
+    capsys.readouterr()
+    ladder.main(argv)
+    assert "already finished (skipped)" in capsys.readouterr().out
+    ladder.main(argv + ["--report-only"])
+    assert (out / "runs" / "prose-ladder-d8-s1" / "summary.json").stat().st_mtime_ns == stamp
+    assert json.loads((out / "report.json").read_text())["table"] == rep["table"]
+
+
+def test_plan_and_presets_train_nothing(tmp_path, capsys):
+    ladder.main(["--paper", "--plan", "--out", str(tmp_path / "p")])
+    text = capsys.readouterr().out
+    assert "wikitext103" in text and "310 runs" in text and "estimated wall time" in text
+    assert not (tmp_path / "p").exists()
+    a = ladder.parse_args(["--paper", "--plan"])
+    assert (a.prose, a.music_dir, a.music_chunks, a.seeds, a.widths) == ("wikitext103", "maestro", 12000, 5, [16, 32, 64])
+    d = ladder.parse_args([])
+    assert d.conditions == ["random", "music", "ladder", "compute-matched"] and d.widths == [16, 32, 64]
+    assert len(ladder.parse_args(["--full"]).conditions) == len(ladder.CONDITIONS)
+    assert ladder.parse_args(["--conditions", "long-ladder"]).conditions == ["long-random", "long-ladder"]
+
+
+def test_user_errors_are_one_line(tmp_path, text_dir, cache, capsys):
+    with pytest.raises(SystemExit) as e:
+        ladder.parse_args(["--conditions", "ladder,nonsense"])
+    assert e.value.code == 2
+    capsys.readouterr()
+    argv = tiny_argv(tmp_path, text_dir, tmp_path / "o", "--conditions", "music", "--music-chunks", "100000")
+    with pytest.raises(SystemExit) as e:
+        from experiments.common import main_guard
+        main_guard(lambda: ladder.main(argv))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: stage 'music-synthetic' has") and err.count("\n") == 1
+    assert not (tmp_path / "o" / "runs").exists()
