@@ -19,8 +19,8 @@ import torch
 from data.common import UserError, atomic_write_bytes
 
 # flags that do not change what a run computes: a resumed run may differ in these
-RESUMABLE_WITH_OTHER = {"resume", "no_progress", "threads", "out", "cache_dir", "data_dir", "compile",
-                        "device", "log_interval", "jobs"}
+RESUMABLE_WITH_OTHER = {"resume", "no_progress", "no_plot", "threads", "out", "cache_dir", "data_dir",
+                        "compile", "device", "log_interval"}
 
 
 def save_checkpoint(path, obj):

@@ -155,6 +155,7 @@ def parse_args(argv=None):
     g.add_argument("--out", default="out/run", help="output folder (default: %(default)s)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt if it exists")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-plot", action="store_true", help="do not draw OUT/loss.png (saves a second per run in sweeps)")
 
     g = p.add_argument_group("hardware")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
@@ -191,10 +192,11 @@ def parse_args(argv=None):
         p.error(f"--prores-schedule {args.prores_schedule!r}: choose one of {', '.join(prores.SCHEDULES)}")
     if args.prores_T != "auto":
         try:
-            args.prores_T = int(args.prores_T)
+            args.prores_T = float(args.prores_T)
             assert args.prores_T > 0
         except (ValueError, AssertionError):
-            p.error("--prores-T takes a positive whole number of steps or 'auto'")
+            p.error("--prores-T takes a positive number of steps per layer (it may be fractional) or 'auto'")
+        args.prores_T = int(args.prores_T) if args.prores_T == int(args.prores_T) else args.prores_T
     try:
         lo, hi = (float(v) for v in args.mir_ratio.split(","))
         assert 0 <= lo <= hi <= 1

@@ -429,7 +429,8 @@ def run(args):
     if env.master:
         atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())
         print_table(summaries)
-        plot_losses(out)
+        if not args.no_plot:
+            plot_losses(out)
         log.close()
     if world > 1:
         dist.barrier()

@@ -86,7 +86,8 @@ def _run_one(argv, folder, threads, quiet):
     torch.set_num_threads(threads)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    full = list(argv) + ["--out", str(folder), "--resume", "--threads", str(threads)] + (["--no-progress"] if quiet else [])
+    full = list(argv) + ["--out", str(folder), "--resume", "--threads", str(threads), "--no-plot"] + \
+        (["--no-progress"] if quiet else [])
     t0 = time.time()
     log = open(folder / "log.txt", "a") if quiet else None
     old = sys.stdout, sys.stderr

@@ -1,387 +1,364 @@
 """
-ProRes depth sweep: Pre-LN and Post-LN, with and without progressive residual warmup, at small width.
-Chen et al., arXiv 2603.05369, alpha(l, t) = min(t / (T * l), 1) (PAPERS.md section 4; prores.py).
+ProRes depth experiment: an lr x depth scan finds where deep baselines degrade; five norm placements with and without ProRes are measured there.
+Chen et al., arXiv 2603.05369: progressive residual warmup alpha(l, t) = min(t / (T * l), 1) keeps deep models stable where Pre-LN degrades.
 
-The paper's depth-stability claim (stable where Pre-LN degrades, almost no loss/gradient spikes,
-activation norms growing linearly rather than exponentially with depth) checked at CPU scale:
-    python experiments/prores.py --quick                  # minutes: 4 and 12 layers, 1 seed
-    python experiments/prores.py                          # the sweep: 6, 12, 24, 48 layers, 3 seeds
-    python experiments/prores.py --report-only            # rebuild the report from finished runs
-Every run goes through train.run(train.parse_args([...])) in its own folder OUT/runs/<condition>/
-and is skipped when its summary.json (or diverged.json) exists, so an interrupted sweep resumes
-(an unfinished run continues from its ckpt.pt via --resume).
+    python experiments/prores.py --quick               # ~3.5 min here: the whole pipeline, tiny grid, 1 seed
+    python experiments/prores.py                       # the default: scan, then measurement (~47 min, see Time)
+    python experiments/prores.py --report-only         # rebuild report.md/json and the PNGs from finished runs
+    python experiments/prores.py --preset prose-d32    # the previous sweep (prose, width 32, GPT-2 init, cosine)
 
-Our choices (not the paper's; each is a flag):
-- corpus: the prose stage (offline Wikipedia leads, GPT-2 vocabulary); width 32, 4 heads,
-  batch 8 x 64 tokens (the 50,257-token LM head dominates the step at this width).
-- T: the paper uses T = 1000 with runs of tens of thousands of steps; we scale T so that the
-  deepest layer is fully on after --ramp-frac of the run: T = max(1, round(ramp_frac * iters / L)).
-- lr warmup: iters // 10 steps, then cosine (train.py), the same for every condition.
-- a loss spike is a step whose training loss exceeds the median of the previous --spike-window
-  (20) steps by more than --loss-spike-pct (10%); a gradient-norm spike is a step whose
-  (pre-clipping) gradient norm exceeds --grad-spike-x (3) times the median of the previous 20.
-  Steps before the first full window are not counted. Caveat: while ProRes switches layers on,
-  the gradient norm rises by design (a layer with alpha = 0 gets no gradient); a rise of 3x
-  within 20 steps counts as a spike here too.
-- activation norms: the final checkpoint OUT/stage0-prose.pt on one fixed validation batch;
-  the RMS of the residual stream after the embeddings (layer 0) and after each block.
+The spec and the paper's claims: PAPERS.md section 4; the mechanism: prores.py (train.py --prores).
+
+Every run is train.run(train.parse_args([...])) in OUT/runs/<name>/ through experiments.common.run_sweep
+(--jobs at a time, one thread each); a finished run (summary.json, or diverged.json: a divergence is a
+finding) is skipped, an interrupted one resumes from its ckpt.pt. Runs are named
+<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>, so a run both phases need (same flags) is trained once.
+
+Phase 1, scan: Pre-LN and Post-LN baselines (no ProRes), seed 0, every lr of --scan-lrs (1e-3, 2e-3, 4e-3,
+8e-3) x every depth of --scan-depths (8, 24, 48, 96): 32 runs of --scan-iters steps (default: = --iters, so
+the scan's runs at the chosen point are also the measurement's seed-0 Pre-LN and Post-LN baselines).
+Phase 2, measurement: --norms (pre, post, sandwich, deepnorm, lns-init) x {baseline, + ProRes} x --seeds (3)
+at one lr and the depths {shallowest scan depth (the reference)} + L*: 30 runs per depth (2 per depth from
+the scan).
+The choice (--lr auto, --depths auto; give numbers to override), computed from the finished scan:
+  a run FAILS if it diverged or is STUCK: its final val loss is within --stuck-margin (0.1 nats) of the
+  unigram loss ln(unigram val ppl) or above it (it learnt little more than token counts: plain-init models
+  sit on that plateau for a while before they learn). For each baseline and lr, the run at the shallowest
+  depth L0 is the reference; if it fails, that baseline fails at L0 already (no depth effect to locate:
+  reported, not used). A deeper run is IN TROUBLE if it fails or its final val loss exceeds the reference's by
+  more than --margin (0.1 nats: degraded with depth, well beyond the seed spread of a Pre-LN run here).
+  lr* = the smallest scan lr >= --auto-min-lr (2e-3, the authors') at which some baseline is in trouble at some
+  depth; L* = for each baseline in trouble at lr*, its shallowest depth in trouble (where it starts to degrade
+  or fail; one or two depths). If there is none, lr* and L* are the largest scan lr and depth, and the report
+  says that no trouble was found.
+
+Settings and their sources (the authors' code, github.com/dandingsky/ProRes; cited by file:line):
+- data: the `music` stage (160-token MIDI events, the music21 corpus: 521k training tokens, 28k validation)
+  so that compute goes into depth, not into a 50k-row LM head; --stage changes it (tests: music-synthetic).
+- model: width 32, 4 heads, context 64, batch 16 (1,024 tokens a step), 200 steps (~0.4 epoch). The
+  authors' depth study: 71M parameters, width 512, 24-120 layers (configs/llama_71m_96L.json), LLaMA blocks
+  with RMSNorm, 100k steps of 512 x 1,024 tokens; ours are GPT-2 blocks with LayerNorm.
+- init: `--init plain` for every condition: N(0, 0.02) on every matrix, no depth scaling of the residual
+  projections (peft_pretraining/modeling_llama.py:540 draws every Linear from config.initializer_range = 0.02;
+  their depth-scaled variant is a separate norm type, scale_pre, modeling_llama.py:274); DeepNorm keeps its
+  Xavier init with gain (8L)^(-1/4) (modeling_llama.py:544-547; model.py).
+- LNS: `lns-init`, the authors' variant (learnable norm weights that start at 1/sqrt(l),
+  modeling_llama.py:289-293 and 308-313, lns and lns_prores): the ProRes paper's LNS baseline is this one,
+  not the LNS paper's fixed output scale (`--norms` accepts `lns` too).
+- optimiser: AdamW betas (0.9, 0.95) (torchrun_main.py:290), weight decay 0.1, clip 1.0
+  (scripts/depth_scaling/run_71m_96L.sh): train.py's defaults.
+- lr schedule: WSD, linear warmup over --warmup-frac (0.02: their 2,000 of 100,000 steps, run_71m_96L.sh), then
+  constant, then linear decay to 0 over the last --decay-frac (0.1: get_scheculer's wsd_decay_ratio default,
+  peft_pretraining/training_utils.py:15 and 75-110, which torchrun_main.py:324-330 does not override; decay to
+  zero, min_lr_ratio unused). lr: theirs is 2e-3 at every depth (run_71m_*L.sh); we scan 1e-3 .. 8e-3.
+- ProRes: linear schedule; layer l's ramp ends at step T * l, as theirs (torchrun_main.py:362-385: ends at
+  linspace(P/L, P, L), P = prores_warmup_steps = T * L). Their P is 48k of 100k steps at 48 and 96 layers
+  (T = 1000, 500; run_71m_48L.sh, run_71m_96L.sh), 24k at 24 layers, 60k at 120. Ours: T = max(1, round(
+  --ramp-frac x steps / L, fractional where needed), --ramp-frac 0.5: at 200 steps T = 12.5, 4.1667, 2.0833,
+  1.0417 at 8, 24, 48, 96 layers, so every ramp ends at step 100 of 200 (their 96-layer runs: 48k of 100k).
+Metrics (prores_report.py): final and best val loss (nats/token), loss spikes (a step whose training loss
+exceeds the median of the previous 20 by more than 10%), gradient-norm spikes (pre-clipping norm > 3x the
+median of the previous 20; ProRes raises the norm by design while layers switch on), divergences, stuck runs,
+and the per-layer activation norms: the RMS of the residual stream after the embeddings and after each block,
+final weights, one fixed validation batch. Every run of one seed sees the same batches (train.py draws them
+from (seed, stage, step)), so a hard batch makes a loss spike in every condition of that seed alike.
+
+Time (2 cores, jobs=2, one thread a run). Measured as CPU time of 1-thread runs of the default configuration
+on this machine while it was shared (load average 4-8 on 2 cores, so wall times were 2-4x the CPU time):
+6.5-8.3 ms per layer per step, evaluations included (200-step scan runs at lr 2e-3: 8 layers 16 s, 24 layers
+34-38 s, 48 layers 66 s; 50-step runs: pre 96 layers 7.5 ms, sandwich + ProRes 96 8.3, deepnorm + ProRes 48
+7.0, lns-init 24 7.8), plus ~4 s to start a run. So ~7 ms per layer-step: the scan is 176 layers x 4 lrs x 2
+x 200 steps = 282k layer-steps (~2,100 CPU-s); the measurement trains 28 new runs per depth, (sum of its
+depths) x 28 x 200 layer-steps: ~3,500 CPU-s for {8, 24, 48}, ~2,300 for {8, 48}, ~4,400 for {8, 96}, ~6,000
+for {8, 48, 96}. Six of the scan's runs (lr 2e-3, 8-48 layers), run ahead, put the point at lr 2e-3, depths
+{8, 24, 48} (Pre-LN 2.385 / 2.437 / 2.536 at 8 / 24 / 48 layers; Post-LN 3.183 / 3.593 / 3.737, stuck at
+48): the default is then ~47 min on 2 quiet cores (+ ~1 min of analysis); other outcomes 28-70 min.
+--quick: 205 s here (shared machine, load ~6).
 """
 
 import argparse
 import json
-import math
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from experiments import prores_report as rep  # noqa: E402
+from experiments.common import Run, add_sweep_args, main_guard, run_sweep, write_json  # noqa: E402
+from data.common import UserError  # noqa: E402
+import model  # noqa: E402
 
-import data  # noqa: E402
-import train  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+count_spikes = rep.count_spikes  # the spike rule (tests import it from here)
 
-CLAIM = ("ProRes: lower perplexity at every size (71M-7B); stable at 120 layers where Pre-LN "
-         "degrades; almost no loss/gradient spikes; activation norms grow linearly with depth "
-         "instead of exponentially (arXiv 2603.05369)")
+CLAIM = ("ProRes: lower perplexity at every size (71M-7B); stable at 120 layers where Pre-LN degrades; "
+         "almost no loss/gradient spikes; activation norms grow linearly with depth instead of "
+         "exponentially; +1.27% average zero-shot accuracy (arXiv 2603.05369)")
+
+# Every setting a preset fixes; a flag given on the command line wins. "quick" entries replace the
+# preset's values under --quick.
+PRESETS = {
+    "depth": dict(stage="music", n_embd=32, n_head=4, batch_size=16, block_size=64, init="plain",
+                  schedule="wsd", warmup_frac=0.02, decay_frac=0.1, min_lr=0.0, iters=200, scan_iters=0,
+                  scan=True, scan_lrs="1e-3,2e-3,4e-3,8e-3", scan_depths="8,24,48,96", scan_norms="pre,post",
+                  lr="auto", depths="auto", norms="pre,post,sandwich,deepnorm,lns-init", seeds=3,
+                  eval_iters=10, evals=4,
+                  quick=dict(iters=60, scan_lrs="2e-3,8e-3", scan_depths="4,16", seeds=1, eval_iters=4, evals=2)),
+    # the sweep this script ran before issue 9 (README's old table: --depths 6,12,24 --seeds 2 --iters 300)
+    "prose-d32": dict(stage="prose", n_embd=32, n_head=4, batch_size=8, block_size=64, init="gpt2",
+                      schedule="cosine", warmup_frac=0.1, decay_frac=0.2, min_lr=3e-4, iters=400, scan_iters=0,
+                      scan=False, scan_lrs="3e-3", scan_depths="6,12,24,48", scan_norms="pre,post",
+                      lr="3e-3", depths="6,12,24,48", norms="pre,post", seeds=3, eval_iters=20, evals=4,
+                      quick=dict(iters=30, depths="4,12", seeds=1, batch_size=4, eval_iters=5, evals=1)),
+}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="a minutes-long smoke test: depths 4,12, 1 seed, 30 steps of 4 x 64 tokens, "
-                        "OUT out/prores-quick")
-    p.add_argument("--depths", default=None, help="comma-separated layer counts (default 6,12,24,48)")
-    p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per condition (default 3)")
-    p.add_argument("--iters", type=int, default=None, help="optimizer steps per run (default 400)")
-    p.add_argument("--norms", default="pre,post", help="norm placements (default: %(default)s)")
-    p.add_argument("--out", default=None, help="default out/prores (out/prores-quick with --quick)")
-    p.add_argument("--n-embd", type=int, default=32)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 8; 4 quick)")
-    p.add_argument("--block-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--ramp-frac", type=float, default=0.5,
-                   help="the deepest layer is fully on after this fraction of the run (sets T)")
-    p.add_argument("--prores-T", type=int, default=None, help="fixed T for every depth (overrides --ramp-frac)")
-    p.add_argument("--schedule", default="linear", help="ProRes schedule (prores.SCHEDULES)")
-    p.add_argument("--eval-iters", type=int, default=None, help="batches per evaluation (default 20; 5 quick)")
-    p.add_argument("--spike-window", type=int, default=20)
-    p.add_argument("--loss-spike-pct", type=float, default=10.0)
-    p.add_argument("--grad-spike-x", type=float, default=3.0)
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
-    p.add_argument("--report-only", action="store_true", help="no training: rebuild the report")
+    add_sweep_args(p, "out/prores")
+    p.add_argument("--preset", default="depth", choices=sorted(PRESETS),
+                   help="depth (default): music, plain init, WSD, scan then measurement; prose-d32: the "
+                        "previous sweep (prose, GPT-2 init, cosine, lr 3e-3, no scan); flags override it")
+    g = p.add_argument_group("phase 1: the scan of baselines (seed 0)")
+    g.add_argument("--no-scan", dest="scan", action="store_const", const=False, default=None,
+                   help="skip the scan (then give --lr and --depths)")
+    g.add_argument("--scan-lrs", default=None, help="comma-separated peak lrs (depth: 1e-3,2e-3,4e-3,8e-3)")
+    g.add_argument("--scan-depths", default=None, help="comma-separated layer counts (depth: 8,24,48,96)")
+    g.add_argument("--scan-norms", default=None, help="baselines scanned (depth: pre,post)")
+    g.add_argument("--scan-iters", type=int, default=None,
+                   help="steps per scan run (depth: 0 = --iters, so each scan run is also the measurement's "
+                        "seed-0 baseline when the point falls on it)")
+    g.add_argument("--margin", type=float, default=0.1,
+                   help="a deeper baseline is degraded when its final val loss exceeds the shallowest "
+                        "depth's by more than this (nats; default %(default)s)")
+    g.add_argument("--stuck-margin", type=float, default=0.1,
+                   help="a run is stuck (failed) when its final val loss is within this of the unigram loss, "
+                        "or above it (nats; default %(default)s)")
+    g.add_argument("--auto-min-lr", type=float, default=2e-3,
+                   help="--lr auto picks among scan lrs >= this (default %(default)g, the authors')")
+    g = p.add_argument_group("phase 2: the measurement")
+    g.add_argument("--lr", default=None, help="peak lr, or 'auto' (from the scan; depth's default)")
+    g.add_argument("--depths", default=None,
+                   help="comma-separated layer counts, or 'auto' = {shallowest scan depth, L*} (depth's default)")
+    g.add_argument("--norms", default=None,
+                   help=f"norm placements, from {', '.join(model.NORMS)} (depth: pre,post,sandwich,deepnorm,lns-init)")
+    g.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per condition (depth: 3; --quick 1)")
+    g.add_argument("--iters", type=int, default=None, help="steps per measurement run (depth: 200)")
+    g = p.add_argument_group("every run")
+    g.add_argument("--stage", default=None, help="train.py stage name (depth: music; tests: music-synthetic)")
+    g.add_argument("--n-embd", type=int, default=None, help="width (default 32)")
+    g.add_argument("--n-head", type=int, default=None, help="attention heads (default 4)")
+    g.add_argument("--batch-size", type=int, default=None, help="sequences per step (depth: 16; --quick 8)")
+    g.add_argument("--block-size", type=int, default=None, help="context in tokens (default 64)")
+    g.add_argument("--init", default=None, choices=("plain", "gpt2"), help="depth: plain (the authors' baselines)")
+    g.add_argument("--schedule", default=None, choices=("wsd", "cosine", "constant"), help="depth: wsd")
+    g.add_argument("--warmup-frac", type=float, default=None, help="lr warmup, fraction of the run (depth: 0.02)")
+    g.add_argument("--decay-frac", type=float, default=None, help="WSD decay, fraction of the run (depth: 0.1)")
+    g.add_argument("--min-lr", type=float, default=None, help="final lr (depth: 0, as WSD in the authors' code)")
+    g.add_argument("--ramp-frac", type=float, default=0.5,
+                   help="ProRes: the deepest layer is fully on after this fraction of the run (sets T; default 0.5)")
+    g.add_argument("--prores-T", type=int, default=None, help="one fixed T for every depth (overrides --ramp-frac)")
+    g.add_argument("--prores-schedule", default="linear", help="ProRes schedule (prores.SCHEDULES; default linear)")
+    g.add_argument("--eval-iters", type=int, default=None, help="batches per evaluation, train and val (depth: 10)")
+    g.add_argument("--evals", type=int, default=None, help="evaluations per run (depth: 4)")
+    g.add_argument("--train-args", default="",
+                   help="extra train.py flags for every run, one string, e.g. '--synthetic-tokens 20000'")
+    g = p.add_argument_group("spike definitions")
+    g.add_argument("--spike-window", type=int, default=20, help="steps of the running median (default 20)")
+    g.add_argument("--loss-spike-pct", type=float, default=10.0, help="loss spike: > median x (1 + pct/100)")
+    g.add_argument("--grad-spike-x", type=float, default=3.0, help="gradient spike: > median x this")
     a = p.parse_args(argv)
-    q = a.quick
-    a.depths = [int(d) for d in (a.depths or ("4,12" if q else "6,12,24,48")).split(",")]
-    a.seeds = a.seeds if a.seeds is not None else (1 if q else 3)
-    a.iters = a.iters or (30 if q else 400)
-    a.batch_size = a.batch_size or (4 if q else 8)
-    a.norms = a.norms.split(",")
-    a.out = Path(a.out or ("out/prores-quick" if q else "out/prores"))
-    a.eval_iters = a.eval_iters or (5 if q else 20)
+    preset = dict(PRESETS[a.preset])
+    quick = preset.pop("quick")
+    if a.quick:
+        preset.update(quick)
+    for k, v in preset.items():
+        if getattr(a, k, None) is None:
+            setattr(a, k, v)
+    a.out = Path(a.out or ("out/prores-quick" if a.quick else "out/prores") +
+                 ("" if a.preset == "depth" or a.out else f"-{a.preset}"))
+    try:
+        a.scan_lrs = [float(x) for x in str(a.scan_lrs).split(",")]
+        a.scan_depths = sorted(int(x) for x in str(a.scan_depths).split(","))
+        a.lr = "auto" if a.lr == "auto" else float(a.lr)
+        a.depths = "auto" if a.depths == "auto" else sorted(int(x) for x in str(a.depths).split(","))
+    except ValueError as e:
+        raise UserError(f"--scan-lrs/--scan-depths/--lr/--depths take comma-separated numbers: {e}") from None
+    a.norms, a.scan_norms = a.norms.split(","), a.scan_norms.split(",")
+    bad = [n for n in a.norms + a.scan_norms if n not in model.NORMS]
+    if bad:
+        raise UserError(f"unknown norm placement(s) {bad}; choose from {', '.join(model.NORMS)}")
+    if not a.scan and "auto" in (a.lr, a.depths):
+        raise UserError("--no-scan needs --lr and --depths as numbers (auto chooses them from the scan)")
+    if min(a.scan_depths + ([] if a.depths == "auto" else a.depths)) < 1 or a.seeds < 1 or a.iters < 1:
+        raise UserError("depths, --seeds and --iters must be positive")
+    a.train_args = a.train_args.split()
+    a.scan_iters = a.scan_iters or a.iters
     return a
 
 
-def prores_T(a, depth):
-    return a.prores_T or max(1, round(a.ramp_frac * a.iters / depth))
+# ---------------------------------------------------------------------------------------------
+# conditions
+
+def fmt_lr(lr):
+    return f"{lr:g}"
 
 
-def conditions(a):
-    """(name, norm, prores, depth, seed), seed-major so a partial sweep covers every cell early."""
-    return [(f"{norm}-{'prores' if pr else 'base'}-L{depth}-s{seed}", norm, pr, depth, seed)
-            for seed in range(a.seeds) for depth in a.depths for norm in a.norms for pr in (False, True)]
+def prores_T(a, depth, iters):
+    """Steps per layer: the deepest layer is fully on after ramp_frac of the run (T may be fractional)."""
+    if a.prores_T:
+        return a.prores_T
+    T = round(a.ramp_frac * iters / depth, 4)
+    return int(T) if T == int(T) else T
 
 
-def train_argv(a, norm, pr, depth, seed, folder):
-    argv = ["--stages", "prose", "--n-layer", str(depth), "--n-head", str(a.n_head),
-            "--n-embd", str(a.n_embd), "--block-size", str(a.block_size), "--batch-size", str(a.batch_size),
-            "--iters", str(a.iters), "--lr", str(a.lr), "--warmup-iters", str(max(1, a.iters // 10)),
-            "--norm", norm, "--seed", str(seed), "--log-interval", "1",
-            "--eval-interval", str(a.iters if a.quick else max(1, a.iters // 4)),
-            "--eval-iters", str(a.eval_iters), "--threads", str(a.threads), "--no-progress",
-            "--resume", "--out", str(folder)]
+def run_name(norm, pr, depth, lr, iters, seed):
+    return f"{norm}-{'prores' if pr else 'base'}-L{depth}-lr{fmt_lr(lr)}-i{iters}-s{seed}"
+
+
+def train_argv(a, norm, pr, depth, lr, seed, iters):
+    """train.py flags of one run (run_sweep adds --out, --resume, --threads)."""
+    argv = ["--stages", a.stage, "--n-layer", depth, "--n-head", a.n_head, "--n-embd", a.n_embd,
+            "--block-size", a.block_size, "--batch-size", a.batch_size, "--iters", iters, "--lr", lr,
+            "--min-lr", a.min_lr, "--warmup-iters", max(1, round(a.warmup_frac * iters)),
+            "--schedule", a.schedule, "--decay-frac", a.decay_frac, "--init", a.init, "--norm", norm,
+            "--seed", seed, "--log-interval", 1, "--eval-interval", max(1, iters // a.evals),
+            "--eval-iters", a.eval_iters, "--no-progress"]
     if pr:
-        argv += ["--prores", "--prores-T", str(prores_T(a, depth))]
-        if a.schedule != "linear":
-            argv += ["--prores-schedule", a.schedule]
-    return argv
+        argv += ["--prores", "--prores-T", str(prores_T(a, depth, iters)), "--prores-schedule", a.prores_schedule]
+    return [str(x) for x in argv] + a.train_args
 
 
-SAME = ("iters", "batch_size", "block_size", "n_embd", "n_head", "lr", "warmup_iters", "prores_T", "prores_schedule")
+def make_run(a, phase, norm, pr, depth, lr, seed, iters):
+    name = run_name(norm, pr, depth, lr, iters, seed)
+    return Run(name, a.out / "runs" / name, train_argv(a, norm, pr, depth, lr, seed, iters),
+               dict(phase=phase, norm=norm, prores=pr, depth=depth, lr=lr, seed=seed, iters=iters,
+                    T=prores_T(a, depth, iters) if pr else None))
 
 
-def run_all(a):
-    todo = conditions(a)
-    for k, (name, norm, pr, depth, seed) in enumerate(todo):
-        folder = a.out / "runs" / name
-        argv = train_argv(a, norm, pr, depth, seed, folder)
-        summary = folder / "summary.json"
-        if summary.exists():  # a finished run of other settings is not silently reused
-            done, want = json.loads(summary.read_text())["args"], vars(train.parse_args(argv))
-            diff = [f"--{f.replace('_', '-')} {done.get(f)} (asked {want[f]})" for f in SAME if done.get(f) != want[f]]
-            if diff:
-                raise SystemExit(f"{folder} holds a run with " + ", ".join(diff) + "; use another --out")
-        if summary.exists() or (folder / "diverged.json").exists():
-            print(f"[{k + 1}/{len(todo)}] {name}: done, skipped")
+def scan_runs(a):
+    """Phase 1: baselines, seed 0, deepest first (so the longest runs do not finish the sweep alone)."""
+    return [make_run(a, "scan", norm, False, d, lr, 0, a.scan_iters)
+            for d in reversed(a.scan_depths) for lr in a.scan_lrs for norm in a.scan_norms]
+
+
+def measure_runs(a, lr, depths):
+    """Phase 2: seed-major (a partial sweep covers every cell early), deepest first within a seed."""
+    return [make_run(a, "measure", norm, pr, d, lr, seed, a.iters)
+            for seed in range(a.seeds) for d in reversed(depths) for norm in a.norms for pr in (False, True)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the choice of lr and depth from the scan
+
+def choose(a, scan):
+    """(lr*, [L*], lines): the rule of the module docstring, applied to the scan's records: L* for
+    each baseline in trouble at lr* (its shallowest depth in trouble); lines say, per lr and
+    baseline, what the scan showed."""
+    by = {(r["norm"], r["lr"], r["depth"]): r for r in scan}
+    L0, lines = a.scan_depths[0], []
+    for lr in sorted(a.scan_lrs):
+        if lr < a.auto_min_lr - 1e-12:
             continue
-        print(f"[{k + 1}/{len(todo)}] {name}: python train.py {' '.join(argv)}", flush=True)
-        t0 = time.time()
-        try:
-            train.run(train.parse_args(argv))
-        except train.TrainingDiverged as e:  # a finding, not a failure of the sweep
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "diverged.json").write_text(json.dumps({"error": str(e), "argv": argv}))
-            print(f"  diverged: {e}")
-        (folder / "ckpt.pt").unlink(missing_ok=True)  # only needed to resume; the stage checkpoint stays
-        print(f"  {time.time() - t0:.0f} s", flush=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# per-run analysis
-
-def read_curves(folder):
-    """{iter: (loss, grad_norm)} of the train events, the last record of each step, and the
-    val losses {iter: val_loss} of the eval events."""
-    train_ev, val_ev = {}, {}
-    for line in open(folder / "metrics.jsonl"):
-        e = json.loads(line)
-        if e.get("event") == "train":
-            train_ev[e["iter"]] = (e["loss"], e["grad_norm"])
-        elif e.get("event") == "eval":
-            val_ev[e["iter"]] = e["val_loss"]
-    return dict(sorted(train_ev.items())), dict(sorted(val_ev.items()))
-
-
-def count_spikes(values, window, factor):
-    """Steps t >= window with values[t] > factor * median(values[t - window:t])."""
-    return sum(1 for t in range(window, len(values))
-               if math.isfinite(values[t]) and values[t] > factor * statistics.median(values[t - window:t]))
-
-
-def activation_rms(ckpt_path, batch):
-    """RMS of the residual stream after the embeddings and after each block: a list of L + 1."""
-    ckpt = train.load_checkpoint(ckpt_path)
-    model = GPT(GPTConfig(**ckpt["model_config"]))
-    model.load_state_dict(ckpt["model"])  # includes residual_scale, as the run left it
-    model.eval()
-    rms = []
-
-    def record(module, inputs, output):
-        rms.append(output.pow(2).mean().sqrt().item())
-    handles = [model.transformer.drop.register_forward_hook(record)]  # embeddings (+ dropout, off)
-    handles += [b.register_forward_hook(record) for b in model.transformer.h]
-    with torch.no_grad():
-        model(batch)
-    for h in handles:
-        h.remove()
-    return rms
-
-
-def analyse(a):
-    """One record per finished run (a list), every number the report and figures use."""
-    corpus = data.load("prose")
-    batch, _, _ = train.get_batch(corpus, "val", a.batch_size, a.block_size, [20260305], 0, 1, torch.device("cpu"))
-    runs = []
-    for name, norm, pr, depth, seed in conditions(a):
-        folder = a.out / "runs" / name
-        r = {"condition": name, "norm": norm, "prores": pr, "depth": depth, "seed": seed,
-             "T": prores_T(a, depth) if pr else None}
-        if (folder / "summary.json").exists():
-            s = json.loads((folder / "summary.json").read_text())
-            r.update(diverged=False, val_loss=s["stages"][0]["val_loss"], train_loss=s["stages"][0]["train_loss"],
-                     seconds=s["seconds"])
-        elif (folder / "diverged.json").exists():
-            r.update(diverged=True, val_loss=None, train_loss=None, seconds=None)
-        else:
-            continue  # not run yet
-        tr, val = read_curves(folder)
-        loss = [v[0] for v in tr.values()]
-        gn = [v[1] for v in tr.values()]
-        r.update(steps=list(tr), loss=loss, grad_norm=gn, val_curve=val,
-                 loss_spikes=count_spikes(loss, a.spike_window, 1 + a.loss_spike_pct / 100),
-                 grad_spikes=count_spikes(gn, a.spike_window, a.grad_spike_x),
-                 max_grad_norm=max(gn) if gn else None)
-        ck = folder / "stage0-prose.pt"
-        r["act_rms"] = activation_rms(ck, batch) if ck.exists() else None
-        runs.append(r)
-    return runs
-
-
-# ---------------------------------------------------------------------------------------------
-# report
-
-def mean_std(xs, fmt="{:.3f}"):
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    if not xs:
-        return "-"
-    if len(xs) == 1:
-        return fmt.format(xs[0])
-    return f"{fmt.format(statistics.mean(xs))} ± {fmt.format(statistics.stdev(xs))}"
-
-
-def label(norm, pr):
-    return f"{'Pre' if norm == 'pre' else norm.capitalize()}-LN{' + ProRes' if pr else ''}"
-
-
-def verdict(a, runs):
-    """Plain sentences comparing ProRes with its baseline at each (norm, depth)."""
-    lines = []
-    for norm in a.norms:
-        for depth in a.depths:
-            cell = lambda pr: [r for r in runs if r["norm"] == norm and r["depth"] == depth and r["prores"] == pr]
-            base, pro = cell(False), cell(True)
-            vb = [r["val_loss"] for r in base if r["val_loss"] is not None]
-            vp = [r["val_loss"] for r in pro if r["val_loss"] is not None]
-            if not vb or not vp:
+        hits = []
+        for norm in a.scan_norms:
+            ref = by.get((norm, lr, L0))
+            if ref is None:
+                lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: the L={L0} reference has not run")
                 continue
-            d = statistics.mean(vp) - statistics.mean(vb)
-            spread = max([statistics.stdev(v) for v in (vb, vp) if len(v) > 1] or [0.0])
-            if len(vb) < 2 or len(vp) < 2:
-                how = "one seed, so no seed spread to compare with"
-            elif abs(d) > 2 * spread:
-                how = f"more than twice the seed spread ({spread:.3f})"
+            if ref["failed"]:
+                lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: fails already at L={L0} "
+                             f"({rep.fail_word(ref)}): no depth effect to locate")
+                continue
+            for d in a.scan_depths[1:]:
+                r = by.get((norm, lr, d))
+                if r is None:
+                    continue
+                if r["failed"]:
+                    hits.append(d)
+                    lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: fine at L={L0} "
+                                 f"({ref['val_loss']:.3f}), {rep.fail_word(r)} at L={d}")
+                    break
+                if r["val_loss"] > ref["val_loss"] + a.margin:
+                    hits.append(d)
+                    lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: degrades with depth: "
+                                 f"{ref['val_loss']:.3f} at L={L0}, {r['val_loss']:.3f} at L={d} "
+                                 f"(> {a.margin:g} worse)")
+                    break
             else:
-                how = f"within twice the seed spread ({spread:.3f}): not a clear effect"
-            ls = lambda rs, k: statistics.mean([r[k] for r in rs])
-            lines.append(f"- {label(norm, False)}, {depth} layers: ProRes {'lowers' if d < 0 else 'raises'} the "
-                         f"val loss by {abs(d):.3f} nats ({how}); loss spikes {ls(base, 'loss_spikes'):.1f} -> "
-                         f"{ls(pro, 'loss_spikes'):.1f}, grad-norm spikes {ls(base, 'grad_spikes'):.1f} -> "
-                         f"{ls(pro, 'grad_spikes'):.1f} (mean per run).")
-    return lines
+                lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: no depth in "
+                             f"{a.scan_depths[1:]} worse than L={L0} by more than {a.margin:g}")
+        if hits:
+            hits = sorted(set(hits))
+            return lr, hits, lines + [f"chosen: lr* = {fmt_lr(lr)} (the smallest lr >= {a.auto_min_lr:g} with "
+                                      f"trouble), L* = {', '.join(map(str, hits))} (where each baseline in "
+                                      "trouble starts to degrade or fail)"]
+    lr, d = max(a.scan_lrs), a.scan_depths[-1]
+    return lr, [d], lines + [f"no baseline degraded or failed with depth at any lr >= {a.auto_min_lr:g}: "
+                           f"measured at the largest scan lr ({fmt_lr(lr)}) and depth ({d})"]
 
 
-def write_report(a, runs):
-    out = a.out
-    cells = [(norm, pr) for norm in a.norms for pr in (False, True)]
-
-    def table(title, key, fmt="{:.3f}", fn=None):
-        rows = [f"### {title}", "", "| condition | " + " | ".join(f"L = {d}" for d in a.depths) + " |",
-                "|---|" + "---|" * len(a.depths)]
-        for norm, pr in cells:
-            vals = []
-            for d in a.depths:
-                rs = [r for r in runs if r["norm"] == norm and r["prores"] == pr and r["depth"] == d]
-                xs = [fn(r) if fn else r[key] for r in rs]
-                div = sum(r["diverged"] for r in rs)
-                vals.append(mean_std(xs, fmt) + (f" ({div} diverged)" if div else "") if rs else "not run")
-            rows.append(f"| {label(norm, pr)} | " + " | ".join(vals) + " |")
-        return rows + [""]
-
-    growth = lambda r: r["act_rms"][-1] / r["act_rms"][1] if r["act_rms"] else None
-    n_seeds = max([r["seed"] + 1 for r in runs] or [0])
-    lines = [f"# ProRes depth sweep{' (--quick)' if a.quick else ''}", "",
-             f"Paper's claim: {CLAIM}.", "",
-             f"Ours: the prose stage (offline Wikipedia leads, GPT-2 BPE), width {a.n_embd}, {a.n_head} heads, "
-             f"batch {a.batch_size} x {a.block_size} tokens, {a.iters} steps (lr {a.lr}, warmup {max(1, a.iters // 10)}, "
-             f"cosine), seeds 0..{n_seeds - 1}; ProRes `{a.schedule}` with T = max(1, round({a.ramp_frac} x "
-             f"{a.iters} / L)) = " + ", ".join(f"{prores_T(a, d)} (L={d})" for d in a.depths) +
-             f" steps per layer. {len(runs)} runs, {sum(r['seconds'] or 0 for r in runs) / 60:.1f} min of "
-             "training in all (train.run's seconds, summed). "
-             "Mean ± std over seeds.", ""]
-    lines += table("Final validation loss (nats/token; lower is better)", "val_loss")
-    lines += table(f"Loss spikes per run (loss > {1 + a.loss_spike_pct / 100:.2f} x median of the previous "
-                   f"{a.spike_window} steps)", "loss_spikes", "{:.1f}")
-    lines += table(f"Gradient-norm spikes per run (grad norm before clipping > {a.grad_spike_x:g} x median of "
-                   f"the previous {a.spike_window} steps)", "grad_spikes", "{:.1f}")
-    lines += table("Largest gradient norm (before clipping)", "max_grad_norm", "{:.2f}")
-    lines += table("Activation growth: RMS of the residual stream after the last block / after the first block "
-                   "(final checkpoint, one fixed validation batch; per-layer values in activation_norms.png)",
-                   None, "{:.2f}", growth)
-    lines += ["Post-LN ends every block with a LayerNorm, so its ratio is ~1 by construction; the claim "
-              "about growth concerns Pre-LN. The gradient norm is the whole model's, and at width "
-              f"{a.n_embd} the tied 50,257-row embedding/head dominates it, so the body's spikes are diluted.", ""]
-    lines += ["### ProRes against its baseline", ""] + verdict(a, runs) + [""]
-    lines += [f"Honest reading: at this scale ({a.n_embd}-wide models, {a.iters} steps of "
-              f"{a.batch_size * a.block_size} tokens from ~1M, "
-              "Post-LN and Pre-LN both with lr warmup and gradient clipping) the differences above are "
-              "what the numbers show, and where they sit within the seed spread we do not claim the "
-              "paper's effect; the paper's instabilities appear at 71M-7B parameters and 100+ layers "
-              "over tens of thousands of steps." + (" This --quick run is a smoke test (one seed, "
-              f"{a.iters} steps): it checks the pipeline, not the claim." if a.quick else ""), "",
-              "Figures: `activation_norms.png` (RMS after each block, mean over seeds), "
-              "`loss_curves.png` (training loss, 10-step running mean, seed 0), `grad_norms.png`.", "",
-              "Spike definitions and every per-run number (curves included): `report.json`; the runs: "
-              "`runs/<norm>-<base|prores>-L<depth>-s<seed>/`.", ""]
-    (out / "report.md").write_text("\n".join(lines))
-    (out / "report.json").write_text(json.dumps({
-        "claim": CLAIM, "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-        "spike_definition": {"window": a.spike_window, "loss_factor": 1 + a.loss_spike_pct / 100,
-                             "grad_factor": a.grad_spike_x, "first_counted_step_index": a.spike_window},
-        "runs": runs}, indent=1))
-    plot(a, runs)
-    return "\n".join(lines)
+def measurement_point(a, scan):
+    """(lr, depths, lines): the flags' values, or the choice from the scan where they are auto."""
+    lines = []
+    lr, depths = a.lr, a.depths
+    if "auto" in (lr, depths):
+        done = [r for r in scan if r is not None]
+        if len(done) < len(a.scan_lrs) * len(a.scan_depths) * len(a.scan_norms):
+            lines.append(f"(the scan is incomplete: {len(done)} runs finished; the choice uses those)")
+        lr_c, d_c, why = choose(a, done)
+        lines += why
+        if lr == "auto":
+            lr = lr_c
+        if depths == "auto":
+            depths = sorted({a.scan_depths[0], *d_c})
+    return lr, depths, lines
 
 
-def plot(a, runs):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    cells = [(norm, pr) for norm in a.norms for pr in (False, True)]
-    colors = {("pre", False): "tab:blue", ("pre", True): "tab:cyan",
-              ("post", False): "tab:red", ("post", True): "tab:orange"}
-    n = len(a.depths)
+# ---------------------------------------------------------------------------------------------
+# main
 
-    def fig_per_depth(ylabel, draw, fname, logy=False):
-        fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.6), squeeze=False)
-        for ax, d in zip(axes[0], a.depths):
-            for norm, pr in cells:
-                rs = [r for r in runs if r["norm"] == norm and r["prores"] == pr and r["depth"] == d]
-                if rs:
-                    draw(ax, rs, dict(color=colors.get((norm, pr)), label=label(norm, pr),
-                                      ls="--" if pr else "-"))
-            ax.set_title(f"{d} layers")
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-            if logy:
-                ax.set_yscale("log")
-        axes[0][0].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(a.out / fname, dpi=100)
-        plt.close(fig)
+def add_wall(path, phase, seconds):
+    """Wall time of training, summed over every invocation that trained in this folder."""
+    wall = json.loads(path.read_text()) if path.exists() else {}
+    wall[phase] = wall.get(phase, 0.0) + seconds
+    write_json(path, wall)
 
-    def acts(ax, rs, kw):
-        rs = [r for r in rs if r["act_rms"]]
-        if rs:
-            ax.plot(np.mean([r["act_rms"] for r in rs], axis=0), marker=".", **kw)
-            ax.set_xlabel("layer (0 = embeddings)")
 
-    def curve(key, smooth):
-        def draw(ax, rs, kw):
-            r = min(rs, key=lambda r: r["seed"])
-            y = np.array(r[key], dtype=float)
-            if smooth > 1 and len(y) >= smooth:
-                y = np.convolve(y, np.ones(smooth) / smooth, mode="valid")
-                ax.plot(r["steps"][smooth - 1:], y, **kw)
-            else:
-                ax.plot(r["steps"], y, **kw)
-            ax.set_xlabel("step")
-        return draw
-
-    fig_per_depth("residual-stream RMS", acts, "activation_norms.png", logy=True)
-    fig_per_depth("train loss (10-step mean)", curve("loss", 10), "loss_curves.png")
-    fig_per_depth("grad norm (before clipping)", curve("grad_norm", 1), "grad_norms.png", logy=True)
+def sweep(a, runs, phase):
+    print(f"\n== {phase}: {len(runs)} runs ==", flush=True)
+    t0 = time.time()
+    run_sweep(runs, jobs=a.jobs, threads=a.threads)
+    add_wall(a.out / "wall.json", phase, time.time() - t0)
 
 
 def main(argv=None):
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
+    scan = scan_runs(a) if a.scan else []
+    if a.report_only and not any((f / "summary.json").exists() or (f / "diverged.json").exists()
+                                 for f in (a.out / "runs").glob("*")):
+        raise UserError(f"no finished runs in {a.out / 'runs'}: run without --report-only first")
+    if not a.report_only:  # the corpus is prepared (or its problem reported) once, before any worker starts
+        rep.Data().load((scan or measure_runs(a, a.lr, a.depths))[0])
+    if scan and not a.report_only:
+        sweep(a, scan, "scan")
+    scan_recs = rep.analyse(a, scan)
+    lr, depths, why = measurement_point(a, [r for r in scan_recs if r is not None])
+    print("\n".join(["", "measurement point:"] + ["  " + w for w in why] +
+                     [f"  lr {fmt_lr(lr)}, depths {depths}"]), flush=True)
+    meas = measure_runs(a, lr, depths)
     if not a.report_only:
-        try:
-            train.parse_args(["--prores", "--prores-T", "1"])
-        except SystemExit:
-            raise SystemExit("train.py has no --prores/--prores-T flags yet (issue 4); nothing was run")
-        run_all(a)
-    runs = analyse(a)
-    print("\n" + write_report(a, runs))
-    print(f"\nwrote {a.out / 'report.md'}, report.json, activation_norms.png, loss_curves.png, grad_norms.png "
-          f"({time.time() - t0:.0f} s in all)")
+        sweep(a, meas, "measurement")
+    meas_recs = rep.analyse(a, meas)
+    if not any(r for r in scan_recs + meas_recs):
+        raise UserError(f"no finished runs in {a.out / 'runs'}: run without --report-only first")
+    text = rep.write_report(a, scan, scan_recs, meas, meas_recs, lr, depths, why, CLAIM)
+    print("\n" + text)
+    print(f"\nwrote {a.out / 'report.md'}, report.json and the PNGs ({time.time() - t0:.0f} s in all)")
 
 
 if __name__ == "__main__":
-    main()
+    main_guard(main)

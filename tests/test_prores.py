@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import prores
 from model import GPT, GPTConfig, NORMS
@@ -244,7 +243,7 @@ def test_gpt_forward_uses_each_layers_scale(norm):
         assert torch.allclose(m(idx)[0], ref, atol=1e-4)
 
 
-# --- the experiment's helpers (experiments/prores.py) ----------------------------------------
+# --- the experiment (experiments/prores.py, experiments/prores_report.py) ---------------------
 
 def test_experiment_spike_count_and_train_flags(tmp_path):
     import train
@@ -255,10 +254,112 @@ def test_experiment_spike_count_and_train_flags(tmp_path):
     assert exp.count_spikes(bumped, 20, 1.1) == 1 and exp.count_spikes(bumped, 20, 1.15) == 0
     assert exp.count_spikes(bumped[:15] + [9.0] + bumped[16:], 20, 1.1) == 1  # before the first full window
     a = exp.parse_args(["--quick", "--out", str(tmp_path)])
-    names = [c[0] for c in exp.conditions(a)]
-    assert len(names) == len(set(names)) == 2 * 2 * len(a.depths) * a.seeds
-    for name, norm, pr, depth, seed in exp.conditions(a):  # every run's flags parse in train.py
-        args = train.parse_args(exp.train_argv(a, norm, pr, depth, seed, tmp_path / name))
-        assert (args.norm, args.prores, args.n_layer, args.seed, args.log_interval) == (norm, pr, depth, seed, 1)
-        if pr:
-            assert args.prores_T == exp.prores_T(a, depth) >= 1
+    assert a.norms == ["pre", "post", "sandwich", "deepnorm", "lns-init"] and a.stage == "music"
+    scan = exp.scan_runs(a)
+    assert len(scan) == len(a.scan_lrs) * len(a.scan_depths) * len(a.scan_norms)
+    assert not any(r.meta["prores"] for r in scan) and {r.meta["seed"] for r in scan} == {0}
+    meas = exp.measure_runs(a, 2e-3, [4, 16])
+    names = [r.name for r in meas]
+    assert len(names) == len(set(names)) == len(a.norms) * 2 * 2 * a.seeds
+    for r in scan + meas:  # every run's flags parse in train.py and say what its labels say
+        args, m = train.parse_args(r.argv + ["--out", str(r.folder)]), r.meta
+        assert (args.norm, args.prores, args.n_layer, args.seed, args.lr, args.iters, args.log_interval) == \
+            (m["norm"], m["prores"], m["depth"], m["seed"], m["lr"], m["iters"], 1)
+        # the authors' baselines and schedule: plain init, WSD, 2% warmup, decay over the last 10% to 0
+        assert (args.init, args.schedule, args.decay_frac, args.min_lr) == ("plain", "wsd", 0.1, 0.0)
+        assert args.warmup_iters == max(1, round(0.02 * m["iters"]))
+        if m["prores"]:
+            T = 0.5 * m["iters"] / m["depth"]  # the deepest layer fully on half-way (T may be fractional)
+            assert args.prores_T == exp.prores_T(a, m["depth"], m["iters"]) == pytest.approx(T, rel=1e-4)
+            assert prores.ramp_steps(m["depth"], args.prores_T) == round(0.5 * m["iters"])
+    # a scan run and the measurement's seed-0 baseline with the same flags are one run (one folder)
+    shared = {r.name for r in scan} & set(names)
+    assert shared and all(next(s for s in scan if s.name == n).argv == next(m for m in meas if m.name == n).argv
+                          for n in shared)
+    # the previous sweep stays reachable by a preset
+    old = exp.parse_args(["--preset", "prose-d32", "--out", str(tmp_path / "old")])
+    assert (old.stage, old.init, old.schedule, old.lr, old.depths, old.n_embd, old.iters, old.scan, old.norms) == \
+        ("prose", "gpt2", "cosine", 3e-3, [6, 12, 24, 48], 32, 400, False, ["pre", "post"])
+    args = train.parse_args(exp.make_run(old, "measure", "pre", True, 12, 3e-3, 0, 400).argv + ["--out", "x"])
+    assert (args.warmup_iters, args.batch_size, args.block_size, args.min_lr) == (40, 8, 64, 3e-4)
+    assert args.prores_T == pytest.approx(0.5 * 400 / 12, rel=1e-4)
+
+
+def scan_record(norm, lr, depth, val_loss, diverged=False):
+    """A scan run's record as prores_report.analyse makes it: failed = diverged or stuck within
+    --stuck-margin (0.1) of the unigram loss (here 3.8)."""
+    return dict(norm=norm, lr=lr, depth=depth, val_loss=None if diverged else val_loss, diverged=diverged,
+                unigram_loss=3.8, failed=diverged or val_loss >= 3.7)
+
+
+def test_experiment_choice_rule(tmp_path):
+    """lr* = the smallest scan lr >= 2e-3 where a baseline degrades (> margin worse than at the
+    shallowest depth) or fails (diverged / stuck near the unigram loss) with depth; L* = the shallowest
+    such depth."""
+    from experiments import prores as exp
+    a = exp.parse_args(["--out", str(tmp_path)])
+    assert a.scan_lrs == [1e-3, 2e-3, 4e-3, 8e-3] and a.scan_depths == [8, 24, 48, 96]
+    assert a.margin == 0.1 and a.stuck_margin == 0.1
+
+    def scan(pre, post):  # {lr: [val loss per depth]}, None = diverged
+        return [scan_record(n, lr, d, v, v is None) for n, table in (("pre", pre), ("post", post))
+                for lr, vs in table.items() for d, v in zip(a.scan_depths, vs)]
+    fine = [2.5, 2.5, 2.5, 2.5]
+    post_fails = {lr: [3.9] * 4 for lr in a.scan_lrs}  # at the unigram loss at every depth: not located
+    pre = {1e-3: [2.5, 2.7, 2.8, 2.9], 2e-3: [2.5, 2.58, 2.65, 2.7], 4e-3: fine, 8e-3: fine}
+    lr, d, lines = exp.choose(a, scan(pre, post_fails))
+    assert (lr, d) == (2e-3, [48])  # 1e-3 is below the authors' lr; 24 layers is within the margin
+    assert any("fails already at L=8" in line for line in lines)
+    post = {1e-3: fine, 2e-3: fine, 4e-3: [2.5, 2.5, None, None], 8e-3: [2.5, 3.75, 2.5, 2.5]}
+    lr, d, _ = exp.choose(a, scan({lr: fine for lr in a.scan_lrs}, post))
+    assert (lr, d) == (4e-3, [48])  # a divergence with depth counts (stuck at 8e-3 too, but later)
+    lr, d, lines = exp.choose(a, scan({lr: fine for lr in a.scan_lrs}, {lr: fine for lr in a.scan_lrs}))
+    assert (lr, d) == (8e-3, [96]) and "no baseline degraded" in lines[-1]  # nothing found: the hardest point
+    post = {lr: [3.0, 3.5, 3.6, 3.7] for lr in a.scan_lrs}  # Post-LN fine at 8 layers, degraded from 24
+    lr, d, _ = exp.choose(a, scan(pre, post))
+    assert (lr, d) == (2e-3, [24, 48])  # each baseline's own first depth in trouble
+    assert exp.measurement_point(a, scan(pre, post))[:2] == (2e-3, [8, 24, 48])
+    assert exp.measurement_point(a, scan(pre, post_fails))[:2] == (2e-3, [8, 48])
+
+
+def test_experiment_end_to_end_tiny(cache, tmp_path, capsys):
+    """A tiny scan + measurement on synthetic music: the report's shape, its numbers from its runs,
+    and a rerun that trains nothing."""
+    import json
+    import statistics
+    from experiments import prores as exp
+    out = tmp_path / "exp"
+    argv = ["--out", str(out), "--jobs", "1", "--stage", "music-synthetic", "--train-args", "--synthetic-tokens 20000",
+            "--n-embd", "8", "--n-head", "2", "--block-size", "16", "--batch-size", "2", "--scan-lrs", "1e-3,3e-3",
+            "--scan-depths", "1,3", "--scan-iters", "6", "--iters", "6", "--norms", "pre,post", "--seeds", "2",
+            "--evals", "2", "--eval-iters", "2", "--spike-window", "2", "--auto-min-lr", "1e-3", "--threads", "1"]
+    exp.main(argv)
+    rep = json.loads((out / "report.json").read_text())
+    for f in ("report.md", "scan.png", "activation_norms.png", "loss_curves.png", "grad_norms.png", "wall.json"):
+        assert (out / f).exists(), f
+    assert len(rep["scan"]) == 2 * 2 * 2 and not any(r["prores"] for r in rep["scan"])
+    lr, depths = rep["measurement_point"]["lr"], rep["measurement_point"]["depths"]
+    a = exp.parse_args(argv)
+    lr_c, d_c, _ = exp.choose(a, rep["scan"])  # the point follows from the scan's records by the rule
+    assert lr == lr_c and depths == sorted({1, *d_c})
+    assert len(rep["runs"]) == 2 * 2 * 2 * len(depths)
+    for r in rep["scan"] + rep["runs"]:  # every record from its run's own files
+        s = json.loads((out / "runs" / r["name"] / "summary.json").read_text())["stages"][0]
+        assert r["val_loss"] == s["val_loss"] and r["unigram_loss"] == pytest.approx(math.log(s["unigram_val_ppl"]))
+        assert r["failed"] == (r["val_loss"] >= r["unigram_loss"] - 0.1)
+        assert r["steps"] == list(range(1, 7)) and r["loss_spikes"] == exp.count_spikes(r["loss"], 2, 1.1)
+        assert r["grad_spikes"] == exp.count_spikes(r["grad_norm"], 2, 3.0)
+        assert r["max_grad_norm"] == max(r["grad_norm"])
+        assert len(r["act_rms"]) == r["depth"] + 1 and r["act_growth"] == r["act_rms"][-1] / r["act_rms"][1]
+    md = (out / "report.md").read_text()
+    table = md.split("### Final validation loss")[1].split("###")[0]
+    for norm, name in (("pre", "Pre-LN"), ("post", "Post-LN")):
+        for pr in (False, True):
+            row = next(line for line in table.splitlines() if line.startswith(f"| {name}{' + ProRes' if pr else ''} |"))
+            for d, text in zip(depths, row.split("|")[2:]):
+                vs = [r["val_loss"] for r in rep["runs"] if (r["norm"], r["prores"], r["depth"]) == (norm, pr, d)]
+                assert text.strip().startswith(f"{statistics.mean(vs):.3f} ± {statistics.stdev(vs):.3f}")
+    capsys.readouterr()
+    exp.main(argv)  # everything is finished: nothing trains again
+    printed = capsys.readouterr().out
+    assert "already finished (skipped)" in printed and "python train.py" not in printed
