@@ -128,10 +128,12 @@ def run_sweep(runs, jobs=1, threads=0, keep=None):
         print(f"{n_done} of {len(runs)} runs already finished (skipped)")
     threads = threads_per_run(jobs, threads)
     results = {}
+    if not todo:
+        return results
     if jobs <= 1:
         for k, r in enumerate(todo, 1):
             print(f"[{k}/{len(todo)}] {r.name}: python train.py {' '.join(map(str, r.argv))} --out {r.folder}", flush=True)
-            results[r.name] = _run_one(r.argv, r.folder, threads, quiet=False)
+            results[r.name] = _run_one(list(map(str, r.argv)), r.folder, threads, quiet=False)
             print(f"  {results[r.name][0]} ({results[r.name][1]:.0f} s)", flush=True)
         return results
     print(f"{len(todo)} runs, {jobs} at a time, {threads} thread(s) each; logs in <run>/log.txt", flush=True)

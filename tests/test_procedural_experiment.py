@@ -1,0 +1,162 @@
+"""experiments/procedural.py end to end at toy size (arXiv 2601.21725): every part runs, the
+report has its shape, and its statistics follow from the runs' own files."""
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments import common
+from experiments import procedural as P
+from experiments import procedural_report as R
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_argv(out, text_dir):
+    return ["--out", str(out), "--jobs", "1", "--threads", "1", "--seeds", "2", "--kinds", "dyck,set", "--controls", "dyck",
+            "--tasks", "haystack", "--transfers", "full,attn,mlp", "--split-kinds", "dyck", "--eval-iters", "2",
+            "--merges", "dyck/set", "--pretrain-steps", "4", "--task-steps", "4", "--batch-size", "4",
+            "--task-test", "40", "--task-train", "400", "--domains", "prose",
+            "--prose-stage", f"text:{text_dir}", "--additive-steps", "2",
+            "--sem-steps", "4", "--sem-batch", "2", "--sem-block", "16", "--sem-evals", "2", "--sem-eval-iters", "2"]
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    """One toy sweep shared by the tests below (module scope: it is the slow part)."""
+    tmp = tmp_path_factory.mktemp("procedural")
+    text_dir = tmp / "texts"
+    from conftest import write_paragraphs
+    write_paragraphs(text_dir)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PRELUDE_CACHE", str(tmp / "cache"))
+    argv = tiny_argv(tmp / "out", text_dir)
+    P.main(argv)
+    yield argv, tmp / "out", json.loads((tmp / "out" / "report.json").read_text())
+    mp.undo()
+
+
+def test_every_run_finished_and_every_file_written(done):
+    argv, out, rep = done
+    a = P.parse_args(argv)
+    pre, base, warm = P.all_runs(a)
+    # 2 seeds x (dyck, set, dyck-shuffled at P4 + dyck at P2); 2 seeds x (none, 3 full, dyck attn/mlp, merge,
+    # dyck-P2) on haystack; 2 seeds x (base, P2 full, P4 full/attn/mlp) on prose
+    assert (len(pre), len(base) + len(warm)) == (8, 2 * 8 + 2 * 5)
+    assert rep["n_runs"] == rep["n_planned"] == len(pre) + len(base) + len(warm)
+    for f in ("report.md", "report.json", "diagnostic_accuracy.png", "semantic_curves.png", "additive.png"):
+        assert (out / f).stat().st_size > 0, f
+    assert len(list((out / "merges").glob("*.pt"))) == 2
+    md = (out / "report.md").read_text()
+    for head in ("## The paper's claims beside ours", "## (a) The diagnostic table", "## (c) Weight merging",
+                 "## (b) Semantic domains", "#### Substitutive regime", "## Honest reading", "98%", "55% (C4)"):
+        assert head in md, head
+
+
+def test_table_cells_are_the_runs_accuracies(done):
+    argv, out, rep = done
+    for mode, rows in rep["table"].items():
+        for row, cells in rows.items():
+            for task, cell in cells.items():
+                m = "none" if row == "none" else mode
+                accs = [json.loads((out / "runs" / f"task-{task}-{row}-{m}-s{s}" / "summary.json").read_text())
+                        ["stages"][0]["accuracy"] for s in (0, 1)]
+                assert cell["exact"] == accs, (mode, row, task)
+                assert len(cell["token"]) == 2 and all(0 <= x <= 1 for x in cell["token"])
+    assert set(rep["table"]["attn"]) == {"none", "dyck"}
+    assert set(rep["table"]["full"]) == {"none", "dyck", "set", "dyck-shuffled", "attn-dyck+mlp-set"}
+    for r in rep["runs"]:  # the checkpoint's greedy accuracy = the one train.py measured
+        if r["part"] == "task":
+            assert r["exact_recomputed"] == pytest.approx(r["accuracy"], abs=0.03), r["name"]
+
+
+def test_claims_follow_from_the_table(done):
+    _, _, rep = done
+    c = next(c for c in rep["claims"] if c["kind"] == "dyck")
+    cell, none = rep["table"]["full"]["dyck"]["haystack"], rep["table"]["full"]["none"]["haystack"]
+    key = c["metric"]
+    assert c["vs_none"]["treat"] == pytest.approx(statistics.mean(cell[key]))
+    assert c["vs_none"]["base"] == pytest.approx(statistics.mean(none[key]))
+    assert c["vs_none"]["diff"] == pytest.approx(statistics.mean(cell[key]) - statistics.mean(none[key]))
+    assert "kind_vs_shuffled" in c and "attn_vs_none" in c and "mlp_vs_none" in c
+    for row, cells in rep["deltas"].items():  # every row against none: the same numbers
+        for t, x in cells.items():
+            mine, none = rep["table"]["full"][row][t][x["metric"]], rep["table"]["full"]["none"][t][x["metric"]]
+            assert x["vs_none"]["diff"] == pytest.approx(statistics.mean(mine) - statistics.mean(none))
+    m = rep["merges"][0]
+    assert set(m["alone"]) == {"none", "dyck (full)", "set (full)", "dyck (attn only)"}
+
+
+def test_semantic_numbers_follow_from_the_curves(done):
+    argv, out, rep = done
+    a = P.parse_args(argv)
+    for d in ("prose",):
+        dd = rep["semantic"][d]
+        base = [json.loads((out / "runs" / f"sem-{d}-base-s{s}" / "summary.json").read_text())["stages"][0]["val_loss"]
+                for s in (0, 1)]
+        assert dd["base_final"] == base
+        assert [(c["steps"], c["transfer"]) for c in dd["conditions"]] == [(2, "full"), (4, "attn"), (4, "full"), (4, "mlp")]
+        for c in dd["conditions"]:
+            assert c["diff"] == pytest.approx([f - b for f, b in zip(c["final"], base)])
+            for s, curve in c["curves"].items():
+                assert [f for f, _ in curve] == [0.5, 1.0]
+                assert curve[-1][1] == pytest.approx(c["final"][int(s)])
+        full = next(c for c in dd["conditions"] if c.get("substitutive") is not None)
+        assert full["steps"] == a.pretrain_steps and full["transfer"] == "full"
+        for s, sub in zip((0, 1), full["substitutive"]):
+            assert (sub["share"], sub["qualifier"]) == pytest.approx(R.crossing(full["curves"][str(s)], base[s]))
+        assert full["procedural_tokens"] == rep["pretrain"]["dyck-P4-s0"]["tokens"]
+
+
+def test_crossing_interpolates_where_the_curve_meets_the_target():
+    curve = [[0.25, 5.0], [0.5, 4.0], [0.75, 3.5], [1.0, 3.0]]
+    assert R.crossing(curve, 3.75) == (pytest.approx(0.625), "=")
+    assert R.crossing(curve, 5.5) == (0.25, "<=")
+    assert R.crossing(curve, 2.0) == (None, ">")
+    assert R.crossing(curve, 4.0) == (0.5, "=")
+
+
+def test_compare_verdicts():
+    assert R.compare([0.9, 0.92], [0.1, 0.12])["verdict"].startswith("better")
+    assert R.compare([0.1, 0.3], [0.2, 0.25])["verdict"].startswith("no clear")
+    assert R.compare([2.0, 2.01], [3.0, 3.01], higher_is_better=False)["verdict"].startswith("better")
+    assert R.compare([0.5], [0.4])["verdict"].startswith("one seed")
+    assert R.compare([], [0.4]) is None
+
+
+def test_rerun_skips_finished_runs_and_rebuilds_the_same_report(done, monkeypatch):
+    argv, out, rep = done
+    import train
+
+    def refuse(args):
+        raise AssertionError("a finished run was trained again")
+    monkeypatch.setattr(train, "run", refuse)
+    monkeypatch.setenv("PRELUDE_CACHE", str(out.parent / "cache"))
+    before = (out / "report.md").read_text()
+    P.main(argv)
+    after = (out / "report.md").read_text()
+    strip = lambda t: [l for l in t.splitlines() if not l.startswith("Hardware")]
+    assert strip(after) == strip(before)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--kinds", "dyck,bogus"], "unknown procedural kind 'bogus'"),
+    (["--tasks", "haystack,poems"], "unknown task 'poems'"),
+    (["--merges", "dyck/eca110", "--kinds", "dyck"], "not pre-trained"),
+    (["--sem-steps", "10", "--sem-evals", "4"], "multiple of --sem-evals"),
+])
+def test_user_errors_are_one_line(flags, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        common.main_guard(lambda: P.main(["--quick", "--out", str(tmp_path / "o"), "--report-only", *flags]))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_script_runs_as_a_command(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "procedural.py"), "--kinds", "nope"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("error: unknown procedural kind 'nope'")
