@@ -1,11 +1,11 @@
 """Shared fixtures: small corpora made on the spot (tests never touch the network or the
 user's cache)."""
-import os
 import random
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -47,3 +47,13 @@ def no_network(monkeypatch):
         raise AssertionError("a test tried to reach the network")
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """The tests' models are tiny: on one thread they run many times faster than on two busy
+    shared cores (thread hand-offs dominate). train.run calls set their own --threads."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -13,15 +13,6 @@ V = 11            # corpus vocabulary; [MASK] = V, the model's extra last row
 MASK = V
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run ~100x faster on one thread than on two busy shared cores."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny(causal=False, seed=0):
     torch.manual_seed(seed)
     return GPT(GPTConfig(block_size=16, vocab_size=V + 1, n_layer=2, n_head=2, n_embd=16, causal=causal))

@@ -63,7 +63,7 @@ def test_sequence_lengths_follow_the_authors():
 def test_oracle_scores_one_and_constant_near_zero():
     for name in T.TASKS:
         tokens, mask = T.generate_task(name, 500, seed=1)
-        x, y, m = tokens[:, :-1], tokens[:, 1:], mask[:, 1:]
+        y, m = tokens[:, 1:], mask[:, 1:]
         assert T.answer_accuracy(y, y, m) == 1.0
         assert T.answer_accuracy(np.full_like(y, 7), y, m) < 0.05
         off = y.copy()

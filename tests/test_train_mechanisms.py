@@ -1,7 +1,6 @@
 """The papers' mechanisms as train.py runs them: MIR and MDLM through the one objective call,
 the data-constrained budget (U, D, N in summary.json), ProRes over a whole curriculum, data
 fixed across seeds, record corpora with loss masks and task accuracy, resume checks."""
-import json
 import math
 
 import numpy as np
@@ -29,7 +28,7 @@ def test_mir_with_grad_accum_2_equals_mir_at_twice_the_batch(cache, text_dir, tm
     assert a.keys() == b.keys() and len(a) == 4
     for k in a:
         assert a[k] == pytest.approx(b[k], rel=1e-5), k
-    plain = run(tmp_path / "plain", *[c for c in common if c != "--mir"], "--batch-size", "4")
+    run(tmp_path / "plain", *[c for c in common if c != "--mir"], "--batch-size", "4")
     assert losses(tmp_path / "plain")[(0, 1)] < a[(0, 1)]  # the masked copy's term is added
 
 

@@ -1,0 +1,174 @@
+"""experiments/data_constrained.py end to end at a tiny size (a folder of tiny paragraphs, CPU, no
+network, an empty cache): the report's shape, and that its statistics follow from its runs."""
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import scaling
+from experiments import data_constrained as dc
+from experiments.common import main_guard
+
+SIZES = ["L1d8", "L1d16", "L2d16"]
+BUDGETS = [256, 512, 1024]
+
+
+def argv(text_dir, out):
+    return ["--stage", f"text:{text_dir}", "--sizes", ",".join(SIZES), "--budgets", ",".join(map(str, BUDGETS)),
+            "--epochs", "1", "--block-size", "16", "--batch-size", "4", "--decays", "0.1,1.0", "--seeds", "2",
+            "--seeded-sizes", "1", "--laws", "chinchilla,softq", "--fit-methods", "wd,wd+mir", "--jobs", "1", "--threads", "1", "--out", str(out)]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    """One tiny experiment, shared by the tests of this file (its own cache and text folder)."""
+    import os
+    from conftest import write_paragraphs
+    base = tmp_path_factory.mktemp("dc")
+    old = os.environ.get("PRELUDE_CACHE")
+    os.environ["PRELUDE_CACHE"] = str(base / "cache")
+    try:
+        text_dir = write_paragraphs(base / "texts")
+        out = base / "out"
+        dc.main(argv(text_dir, out))
+        yield text_dir, out, json.loads((out / "report.json").read_text())
+    finally:
+        if old is None:
+            os.environ.pop("PRELUDE_CACHE", None)
+        else:
+            os.environ["PRELUDE_CACHE"] = old
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_files_and_runs_csv(result):
+    _, out, rep = result
+    for name in ("report.md", "report.json", "runs.csv", "runs-wd.csv", "runs-wd_mir.csv", "laws.png",
+                 "mir_gain.png", "gain_by_frequency.png", "ar_vs_mdlm.png", "wd_sweep.png"):
+        assert (out / name).exists(), name
+    rows = read_csv(out / "runs.csv")
+    assert list(rows[0]) == ["N", "U", "D", "loss", "method", "seed"]
+    scaling.read_runs(out / "runs.csv")  # the format scaling.py reads
+    done = [r for r in rep["runs"] if r["status"] == "done"]
+    assert len(rows) == len(done) == len(rep["runs"])
+    assert {r["method"] for r in rows} == set(dc.METHODS)
+    # every row is its run: the loss from the run's full-validation evaluation, N and D from its summary
+    for row, r in zip(rows, done):
+        folder = out / "runs" / r["name"]
+        s = json.loads((folder / "summary.json").read_text())
+        e = json.loads((folder / "val_eval.json").read_text())
+        assert float(row["loss"]) == pytest.approx(e["loss"], abs=1e-6)
+        assert int(row["N"]) == s["params"] and int(row["D"]) == s["stages"][0]["tokens"]
+        assert int(row["U"]) == s["stages"][0]["unique_tokens"] == r["U"]
+        assert e["kind"] == ("nll bound" if r["method"].startswith("mdlm") else "nll")
+    # seeds: 2 for wd and wd+mir in the smallest size, 1 elsewhere
+    seeds = lambda m, size: sorted(r["seed"] for r in done if r["method"] == m and r["size"] == size and r["U"] == 256)
+    assert seeds("wd", "L1d8") == seeds("wd+mir", "L1d8") == [0, 1]
+    assert seeds("wd", "L2d16") == seeds("mdlm-weak", "L1d8") == [0]
+    text = (out / "report.md").read_text()
+    for part in ("## Setup", "## 1. Weight-decay sweep", "## 2. MIR", "## 3. Scaling laws", "## 4. MIR's effective",
+                 "## 5. Where MIR's gain", "## 6. AR vs masked diffusion", "Paper:", "Hardware:"):
+        assert part in text, part
+
+
+def test_strong_decay_is_the_sweeps_best(result):
+    _, _, rep = result
+    for size in SIZES:
+        sw = [r for r in rep["sweep"] if r["size"] == size]
+        assert len(sw) == 2 and all(r["U"] == 512 for r in sw)  # the middle budget
+        assert rep["strong"][size]["wd"] == min(sw, key=lambda r: r["loss"])["wd"]
+        for r in rep["runs"]:
+            if r["size"] == size:
+                assert r["wd"] == (0.1 if r["method"] in ("ar-weak", "mdlm-weak") else rep["strong"][size]["wd"])
+
+
+def cells_of(rows, method):
+    by = {}
+    for r in rows:
+        if r["method"] == method:
+            by.setdefault((float(r["N"]), float(r["U"])), []).append((float(r["D"]), float(r["loss"])))
+    keys = sorted(by)
+    N, U = (np.array([k[i] for k in keys]) for i in (0, 1))
+    D = np.array([np.mean([d for d, _ in by[k]]) for k in keys])
+    L = np.array([np.mean([x for _, x in by[k]]) for k in keys])
+    return N, U, D, L
+
+
+def test_statistics_follow_from_the_runs(result):
+    _, out, rep = result
+    rows = read_csv(out / "runs.csv")
+    loss = {(r["method"], int(r["N"]), int(r["U"]), int(r["seed"])): float(r["loss"]) for r in rows}
+    # MIR's gain: wd - wd+mir, paired by seed
+    assert len(rep["mir_gain"]) == len(SIZES) * len(BUDGETS)
+    for g in rep["mir_gain"]:  # (here U true = U asked: the first U tokens)
+        d = [loss[("wd", g["N"], g["U"], s)] - loss[("wd+mir", g["N"], g["U"], s)] for s in range(g["n"])]
+        assert g["gains"] == pytest.approx(d) and g["mean"] == pytest.approx(np.mean(d))
+    # the laws: the reported RMSE is the reported parameters' error on the seed-averaged cells
+    for method in ("wd", "wd+mir"):
+        N, U, D, L = cells_of(rows, method)
+        for law in ("chinchilla", "softq"):
+            f = rep["fits"][method]["laws"][law]
+            err = scaling.predict(law, f["params"], N, U, D) - L
+            assert f["rmse"] == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-6)
+            assert f["mae"] == pytest.approx(np.mean(np.abs(err)), rel=1e-6)
+            assert f["extrapolation"]["budget"] == U.max()
+        assert rep["fits"][method]["fan_out_data"] == pytest.approx(scaling.fan_out(N, U, L))
+    # the effective-data multiplier: wd+mir's cells under the wd SoftQ fit
+    N, U, D, L = cells_of(rows, "wd+mir")
+    m = scaling.effective_data_multiplier("softq", rep["fits"]["wd"]["laws"]["softq"]["params"], N, U, L, D)
+    got = [c["multiplier"] for c in rep["multipliers"]["softq"]["wd+mir"]["cells"]]
+    assert np.allclose(np.nan_to_num(got, nan=-1), np.nan_to_num(m, nan=-1))
+    # AR vs MDLM: the gaps are differences of the seed-0 losses
+    for c in rep["ar_vs_mdlm"]:
+        u = c["U"]
+        assert c["gap_weak"] == pytest.approx(loss[("mdlm-weak", c["N"], u, 0)] - loss[("ar-weak", c["N"], u, 0)])
+        assert c["gap_strong"] == pytest.approx(loss[("mdlm-strong", c["N"], u, 0)] - loss[("wd", c["N"], u, 0)])
+
+
+def test_per_token_analysis_adds_up(result):
+    _, out, rep = result
+    tok = rep["per_token"]
+    pairs = [r for r in rep["runs"] if r["method"] == "wd+mir"]
+    assert tok["pairs"] == len(pairs)
+    n_targets = next(r["val_tokens"] for r in rep["runs"] if r["method"] == "wd")
+    buckets = tok["buckets"]["all"]
+    assert sum(b["targets_per_pair"] for b in buckets) == pytest.approx(n_targets)
+    assert sum(b["gain_per_pair"] for b in buckets) == pytest.approx(tok["total_gain_per_pair"], abs=1e-6)
+    # the summed per-token gain is the difference of the runs' mean losses times the targets
+    by = {(r["size"], r["U"], r["seed"], r["method"]): r["loss"] for r in rep["runs"]}
+    want = np.mean([(by[(r["size"], r["U"], r["seed"], "wd")] - r["loss"]) * n_targets for r in pairs])
+    assert tok["total_gain_per_pair"] == pytest.approx(want, rel=1e-3, abs=1e-3)
+    if tok["total_gain_per_pair"] > 0:
+        assert sum(b["share"] for b in buckets) == pytest.approx(1.0)
+    assert tok["top_tokens"] and all(isinstance(t["token"], str) for t in tok["top_tokens"])
+    gains = [t["gain_per_pair"] for t in tok["top_tokens"]]
+    assert gains == sorted(gains, reverse=True)
+    assert {f"U={u}" for u in BUDGETS} <= set(tok["buckets"]) and {f"size={s}" for s in SIZES} <= set(tok["buckets"])
+
+
+def test_rerun_skips_finished_runs_and_report_only(result, capsys):
+    text_dir, out, rep = result
+    stamp = {p: p.stat().st_mtime for p in (out / "runs").glob("*/summary.json")}
+    dc.main(argv(text_dir, out) + ["--laws", "chinchilla", "--fit-methods", "wd"])
+    assert "already finished (skipped)" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime for p in (out / "runs").glob("*/summary.json")} == stamp
+    dc.main(argv(text_dir, out) + ["--report-only", "--laws", "softq", "--fit-methods", "wd"])
+    again = json.loads((out / "report.json").read_text())
+    assert [r["loss"] for r in again["runs"]] == [r["loss"] for r in rep["runs"]]
+    assert set(again["fits"]["wd"]["laws"]) == {"softq"}
+
+
+def test_errors_are_one_line(result, capsys):
+    text_dir, out, _ = result
+    with pytest.raises(SystemExit) as e:
+        main_guard(lambda: dc.main(argv(text_dir, out.parent / "big") + ["--budgets", "256,512,99999"]))
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err and "99,999" in err
+    with pytest.raises(SystemExit) as e:
+        dc.parse_args(["--sizes", "4x64"])
+    assert e.value.code == 2
