@@ -88,14 +88,14 @@ def muennighoff_U_N(N, U, A, B, alpha, beta):
 def effective_data(D, U, rd_star):
     """D' = U + U * R_D* * (1 - exp(-R_D / R_D*)),  R_D = max(D / U - 1, 0)."""
     R_D = np.maximum(D / U - 1, 0)
-    return U + U * rd_star * (1 - np.exp(-R_D / rd_star))
+    return U + U * rd_star * (-np.expm1(-R_D / rd_star))
 
 
 def effective_params(N, U, A, B, alpha, beta, rn_star):
     """N' = U_N + U_N * R_N* * (1 - exp(-R_N / R_N*)),  R_N = max(N / U_N - 1, 0)."""
     U_N = muennighoff_U_N(N, U, A, B, alpha, beta)
     R_N = np.maximum(N / U_N - 1, 0)
-    return U_N + U_N * rn_star * (1 - np.exp(-R_N / rn_star))
+    return U_N + U_N * rn_star * (-np.expm1(-R_N / rn_star))
 
 
 def muennighoff(N, D, U, E, A, B, alpha, beta, rd_star, rn_star):

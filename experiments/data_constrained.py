@@ -1,0 +1,546 @@
+"""
+Data-constrained grid: AR with a tuned strong weight decay vs + MIR, and the masked-diffusion baseline, many epochs on fixed unique data; the scaling laws fitted to it.
+Xu et al., arXiv 2606.06888 (PAPERS.md section 3): MIR lowers the validation loss at every size (more at larger sizes) and is worth ~1.3x unique data; SoftQ fits and extrapolates best; strong decay tuned for AR closes most of the AR-dLLM gap.
+
+    python experiments/data_constrained.py --quick         # the pipeline end to end, ~4 min here
+    python experiments/data_constrained.py                 # the default grid (estimate below)
+    python experiments/data_constrained.py --report-only   # rebuild the report from finished runs
+
+Phases (every run is train.run in its own folder OUT/runs/<name>/, skipped when finished, resumed
+from its last checkpoint when interrupted: experiments.common.run_sweep; a run's name is its
+configuration, e.g. `mir-L4d64-U32000-wd1.6-lr0.003-s0`, so two phases asking for the same
+configuration share one run):
+1. weight-decay sweep per size: AR, one seed, at the sweep budget (default the middle U) and the
+   grid's epochs, decays --decays (x learning rates --lrs); the lowest full-validation loss gives
+   the size's "strong" decay (and lr), used by every method of that size. The sweep's runs are
+   grid cells too (its best run is the `wd` cell at that U; its 0.1 run the `ar-weak` cell).
+2. the grid: sizes x budgets U x methods, --epochs passes over U, seeds 0..--seeds-1 for the
+   --seeded-sizes smallest sizes (wd and wd+mir: the cells whose differences are smallest), one
+   seed elsewhere. Methods: `wd` (AR, strong decay), `wd+mir` (AR + MIR at the same decay, lambda
+   0.4, ratio 0..0.5, keep-first 8: the paper's), `ar-weak` (AR, decay 0.1 = train.py's default),
+   `mdlm-weak` and `mdlm-strong` (masked diffusion at 0.1 and at the AR-tuned decay; same tokens
+   seen, same batches; its loss is the NLL bound).
+3. evaluation: every final checkpoint on the WHOLE validation stream in non-overlapping windows
+   of --block-size (AR: per-token cross-entropy of every target; MDLM: diffusion.MDLM's bound with
+   its fixed levels and masks, the same masks for every run), cached in the run folder. This, not
+   train.py's sampled validation batches, is the loss in runs.csv: deterministic and identical in
+   coverage for every run, so cells differ only by their training.
+4. analysis (experiments/data_constrained_report.py): runs.csv (N,U,D,loss,method,seed; N =
+   non-embedding parameters, the papers' convention; the embedding is 161 x d here, so total
+   parameters would barely differ), every law of scaling.py per method on the seed-averaged
+   cells, MIR's gain per cell, its effective-data multiplier under the baseline's SoftQ fit,
+   the per-token analysis, AR vs MDLM, report.md / report.json / PNGs.
+
+Choices (measured here; each is a flag):
+- corpus: `music` (the music21 corpus, 160 event tokens, 521k training tokens). The prose stage
+  was measured first (U = 64k, 8 epochs, 250 steps of 16 x 128 tokens, decay 0.1): validation
+  loss 7.48 (L2 d16), 7.40 (L2 d32), 7.30 (L4 d64) nats for N = 6k-200k non-embedding parameters
+  (0.8M-3.4M with the 50k-row embedding), against the unigram entropy of the validation text,
+  ln 1619 = 7.39: every model sits at the unigram level, N moves the loss by 0.2 nats over 1.5
+  decades, there is no surface for a law to describe, and each run took 200-450 s (the head)
+  where a music run of the same steps took 41-122 s. On music the models are far above the
+  unigram level and N and U each move the loss by most of a nat.
+- subset: for music, U tokens = U / (block+1) whole chunks drawn uniformly from the whole training
+  stream (--music-chunks, --data-seed 0: the same data for every method and seed), not the first
+  U tokens: the stream is ordered by file path, so its first 64k tokens are all Bach chorales
+  while validation spans four composers (L4 d64, U = 16k, 32 epochs: first-U 2.59 nats, random
+  chunks 2.38). The budgets are independent samples (not nested). Other stages: the first U
+  tokens (--subset first).
+- sizes L2 d32, L3 d48, L4 d64, L4 d96 (4 heads; N = 25k, 85k, 200k, 448k: 1.25 decades);
+  U = 8k, 16k, 32k, 64k tokens (8x); 16 epochs (the paper's 16-32); batch 16 x 128 tokens; lr 3e-3
+  cosine to 3e-4 with 5% warmup for every size (at L4 d64, U = 16k, 32 epochs, lr 1e-2 was
+  0.07-0.15 nats worse than 3e-3; --lrs sweeps it jointly with the decay); decays 0.1, 0.4, 0.8,
+  1.6, 3.2 (the authors' 0.4-3.2 and the weak default; AdamW's decay skips embeddings, norms and
+  biases: model.configure_optimizers); 3 seeds for wd and wd+mir at every size (MIR's gain is
+  the paper's headline and is small), 1 seed for ar-weak and the MDLM runs.
+Time: --quick 3.5-4 min here (56 runs; the machine shared, load ~4). The default is 156 runs (20 sweep, 136 grid; fewer when a size
+prefers the weak decay): measured per step for each (objective, size) from runs with the default
+flags (U = 32k, 4 epochs, 2 jobs) on this shared machine (load average ~5 from other users):
+AR 112-227 ms, MIR 203-514 ms, MDLM 146-383 ms a step, giving ~77 min with jobs=2 here; the same
+steps measured alone run 2-2.4x faster than under that load, so ~40-50 min on 2 quiet cores,
+plus ~3 min of evaluation and fits.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import train  # noqa: E402
+from checkpoint import load_checkpoint, stage_file  # noqa: E402
+from data.common import UserError  # noqa: E402
+from experiments.common import Run, add_sweep_args, main_guard, read_summary, run_sweep, write_json  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+
+METHODS = ("wd", "wd+mir", "ar-weak", "mdlm-weak", "mdlm-strong")
+# method -> (objective of the run name: ar | mir | mdlm, which decay: strong | weak)
+METHOD_RUN = {"wd": ("ar", "strong"), "wd+mir": ("mir", "strong"), "ar-weak": ("ar", "weak"),
+              "mdlm-weak": ("mdlm", "weak"), "mdlm-strong": ("mdlm", "strong")}
+DEFAULTS = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="8000,16000,32000,64000", epochs=16, seeds=3,
+                seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128)
+QUICK = dict(sizes="L1d16,L2d24,L2d32,L3d48", budgets="4000,8000,16000", epochs=4, seeds=2,
+             seeded_sizes=1, decays="0.1,1.6", batch_size=16, block_size=64)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_sweep_args(p, "out/data_constrained")
+    p.add_argument("--stage", default="music",
+                   help="the corpus (a train.py stage name; default: %(default)s, see the docstring for why)")
+    p.add_argument("--subset", choices=("auto", "chunks", "first"), default="auto",
+                   help="how U unique tokens are chosen: chunks = U/(block+1) random whole chunks of the stream "
+                        "(music stages only), first = the first U tokens; auto (default): chunks for music")
+    p.add_argument("--sizes", default=None,
+                   help=f"model sizes, L<layers>d<width>[h<heads>] comma-separated (default {DEFAULTS['sizes']}; "
+                        f"quick {QUICK['sizes']}; 4 heads unless given)")
+    p.add_argument("--budgets", default=None,
+                   help=f"unique-token budgets U (default {DEFAULTS['budgets']}; quick {QUICK['budgets']})")
+    p.add_argument("--epochs", type=float, default=None,
+                   help=f"passes over U per run (default {DEFAULTS['epochs']}; quick {QUICK['epochs']})")
+    p.add_argument("--methods", default=",".join(METHODS),
+                   help="methods of the grid (default: all of %(default)s); wd is always run (the sweep)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help=f"seeds 0..N-1 for wd and wd+mir in the smallest --seeded-sizes sizes "
+                        f"(default {DEFAULTS['seeds']}; quick {QUICK['seeds']}); other cells: seed 0")
+    p.add_argument("--seeded-sizes", type=int, default=None,
+                   help=f"how many of the smallest sizes get --seeds seeds (default {DEFAULTS['seeded_sizes']}; "
+                        f"quick {QUICK['seeded_sizes']}; 0 = every size)")
+    p.add_argument("--decays", default=None,
+                   help=f"weight decays of the per-size sweep (default {DEFAULTS['decays']}; quick {QUICK['decays']})")
+    p.add_argument("--lrs", default="3e-3",
+                   help="learning rates of the sweep, tuned jointly with the decay (default: %(default)s; "
+                        "min lr = lr / 10)")
+    p.add_argument("--weak-decay", type=float, default=0.1, help="the weak decay of ar-weak, mdlm-weak (default: %(default)s)")
+    p.add_argument("--sweep-budget", type=float, default=None, help="U of the decay sweep (default: the middle budget)")
+    p.add_argument("--warmup-frac", type=float, default=0.05,
+                   help="lr warmup as a fraction of each run's steps (default: %(default)s; the authors' 1%%)")
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 16)")
+    p.add_argument("--block-size", type=int, default=None, help="context length (default 128; quick 64)")
+    p.add_argument("--mir-lambda", type=float, default=0.4, help="MIR's lambda (default: %(default)s, the paper's)")
+    p.add_argument("--mir-ratio", default="0.0,0.5", help="MIR's mask-ratio range (default: %(default)s)")
+    p.add_argument("--mir-keep-first", type=int, default=8, help="MIR's unmasked prefix (default: %(default)s)")
+    p.add_argument("--laws", default=None, help="laws to fit (default: every law of scaling.py)")
+    p.add_argument("--fit-methods", default=None,
+                   help="methods whose runs the laws are fitted to (default: every method of the grid)")
+    p.add_argument("--top-tokens", type=int, default=12, help="tokens listed in the per-token analysis")
+    p.add_argument("--train-args", default="",
+                   help="extra train.py flags for every run, one string (e.g. \"--music-composers all\")")
+    a = p.parse_args(argv)
+    base = QUICK if a.quick else DEFAULTS
+    for k, v in base.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    a.out = Path(a.out or ("out/data_constrained-quick" if a.quick else "out/data_constrained"))
+    try:
+        a.sizes = [parse_size(s) for s in a.sizes.split(",")]
+        a.budgets = sorted(int(float(u)) for u in str(a.budgets).split(","))
+        a.decays = [float(d) for d in str(a.decays).split(",")]
+        a.lrs = [float(x) for x in a.lrs.split(",")]
+    except ValueError as e:
+        p.error(str(e))
+    a.methods = [m.strip() for m in a.methods.split(",")]
+    bad = [m for m in a.methods if m not in METHODS]
+    if bad:
+        p.error(f"--methods: unknown {bad}; choose from {', '.join(METHODS)}")
+    if "wd" not in a.methods:
+        a.methods.insert(0, "wd")
+    a.fit_methods = [m for m in (a.fit_methods.split(",") if a.fit_methods else a.methods) if m in a.methods]
+    if a.laws:
+        import scaling
+        bad = [law for law in a.laws.split(",") if law not in scaling.LAWS]
+        if bad:
+            p.error(f"--laws: unknown {bad}; choose from {', '.join(scaling.LAWS)}")
+    if len(a.budgets) < 2 or len(a.sizes) < 2:
+        p.error("give at least 2 sizes and 2 budgets (laws and fan-out need both axes)")
+    a.sweep_budget = int(a.sweep_budget or a.budgets[len(a.budgets) // 2])
+    if a.sweep_budget not in a.budgets:
+        p.error(f"--sweep-budget {a.sweep_budget} must be one of --budgets {a.budgets}")
+    a.seeded_sizes = a.seeded_sizes or len(a.sizes)
+    if a.subset == "auto":
+        a.subset = "chunks" if a.stage.startswith("music") else "first"
+    if a.subset == "chunks" and not a.stage.startswith("music"):
+        p.error("--subset chunks needs a music stage (it uses --music-chunks); use --subset first")
+    return a
+
+
+def parse_size(s):
+    """'L4d64' or 'L4d64h8' -> (label, layers, width, heads)."""
+    import re
+    m = re.fullmatch(r"L(\d+)d(\d+)(?:h(\d+))?", s.strip())
+    if not m:
+        raise ValueError(f"--sizes: {s!r} is not L<layers>d<width>[h<heads>], e.g. L4d64")
+    L, d, h = int(m[1]), int(m[2]), int(m[3] or 4)
+    if d % h:
+        raise ValueError(f"--sizes: width {d} is not divisible by {h} heads in {s!r}")
+    return s.strip(), L, d, h
+
+
+# ---------------------------------------------------------------------------------------------
+# runs
+
+def run_name(obj, size, U, wd, lr, seed):
+    return f"{obj}-{size[0]}-U{U}-wd{wd:g}-lr{lr:g}-s{seed}"
+
+
+def train_argv(a, obj, size, U, wd, lr, seed):
+    """train.py flags of one run (without --out)."""
+    _, L, d, h = size
+    T, B = a.block_size, a.batch_size
+    steps = math.ceil(a.epochs * U / (B * T))
+    chunks = U // (T + 1) if a.subset == "chunks" else None  # whole chunks drawn across the stream
+    argv = ["--stages", a.stage, "--n-layer", L, "--n-embd", d, "--n-head", h, "--block-size", T,
+            "--batch-size", B, "--epochs", f"{a.epochs:g}", "--unique-tokens", chunks * (T + 1) if chunks else U,
+            "--lr", f"{lr:g}", "--min-lr", f"{lr / 10:g}", "--warmup-iters", max(1, round(a.warmup_frac * steps)),
+            "--weight-decay", f"{wd:g}", "--seed", seed, "--data-seed", 0,
+            # train.py's own evaluation only checkpoints and logs (the loss we use is evaluate_run's)
+            "--eval-interval", max(1, min(250, steps)), "--eval-iters", 4, "--eval-splits", "val",
+            "--log-interval", 10]
+    if chunks:
+        argv += ["--music-chunks", chunks]
+    if obj == "mir":
+        argv += ["--mir", "--mir-lambda", f"{a.mir_lambda:g}", "--mir-ratio", a.mir_ratio,
+                 "--mir-keep-first", a.mir_keep_first]
+    elif obj == "mdlm":
+        argv += ["--objective", "mdlm"]
+    argv += a.train_args.split()
+    return [str(x) for x in argv]
+
+
+def make_run(a, obj, size, U, wd, lr, seed, **meta):
+    name = run_name(obj, size, U, wd, lr, seed)
+    return Run(name, a.out / "runs" / name, train_argv(a, obj, size, U, wd, lr, seed),
+               dict(obj=obj, size=size[0], U=U, wd=wd, lr=lr, seed=seed, **meta))
+
+
+def sweep_runs(a):
+    return [make_run(a, "ar", size, a.sweep_budget, wd, lr, 0, phase="sweep")
+            for size in a.sizes for lr in a.lrs for wd in a.decays]
+
+
+def pick_strong(a, sweep):
+    """{size label: (wd, lr)} with the lowest full-validation loss in the sweep; None while a
+    size's sweep is unfinished."""
+    best = {}
+    for size in a.sizes:
+        rs = [(r, val_loss(r)) for r in sweep if r.meta["size"] == size[0]]
+        if any(v is None for _, v in rs):
+            best[size[0]] = None
+            continue
+        r, v = min(rs, key=lambda rv: rv[1])
+        best[size[0]] = (r.meta["wd"], r.meta["lr"]) if math.isfinite(v) else None
+    return best
+
+
+def grid_runs(a, strong):
+    """Every (method, size, U, seed) run of the grid, as Runs with meta['method']; a
+    configuration asked for by two methods is one Run listed under each."""
+    runs = []
+    for i, size in enumerate(a.sizes):
+        wd_s, lr = strong[size[0]]
+        for U in a.budgets:
+            for method in a.methods:
+                obj, which = METHOD_RUN[method]
+                seeds = a.seeds if method in ("wd", "wd+mir") and i < a.seeded_sizes else 1
+                for seed in range(seeds):
+                    runs.append(make_run(a, obj, size, U, wd_s if which == "strong" else a.weak_decay, lr, seed,
+                                         method=method, phase="grid"))
+    return runs
+
+
+def check_budgets(a):
+    """A budget larger than the corpus is a one-line error before anything is trained."""
+    args = train.parse_args(["--stages", a.stage, "--block-size", str(a.block_size)] + a.train_args.split())
+    n = len(train.load_corpus(a.stage, args).train)
+    unit = a.block_size + 1 if a.subset == "chunks" else 1
+    for U in a.budgets:
+        if U // unit < 1 or U // unit * unit > n // unit * unit:
+            raise UserError(f"--budgets {U:,}: stage {a.stage!r} has {n:,} training tokens"
+                            + (f" ({n // unit:,} chunks of {unit})" if unit > 1 else "")
+                            + f"; choose budgets between {unit} and {n // unit * unit:,}")
+
+
+def unique(runs):
+    seen, out = set(), []
+    for r in runs:
+        if r.name not in seen:
+            seen.add(r.name)
+            out.append(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation of a final checkpoint on the whole validation stream
+
+def val_windows(corpus, T):
+    """(x, y, mask) of the whole validation split: records (record corpora) or non-overlapping
+    windows of T + 1 tokens with stride T (every target once, the first token of the split excepted)."""
+    val = np.asarray(corpus.val, dtype=np.int64)
+    mask = None if corpus.val_mask is None else np.asarray(corpus.val_mask, dtype=np.int64)
+    seq = corpus.info.get("seq_len")
+    if seq:
+        idx = np.arange(len(val) // seq)[:, None] * seq + np.arange(seq)
+    else:
+        n = (len(val) - 1) // T
+        if n < 1:
+            raise UserError(f"{corpus.name}: validation has {len(val)} tokens, fewer than one window of {T + 1}")
+        idx = np.arange(n)[:, None] * T + np.arange(T + 1)
+    w = torch.from_numpy(val[idx])
+    m = torch.ones(w[:, 1:].shape, dtype=torch.long) if mask is None else torch.from_numpy(mask[idx[:, 1:]])
+    return w[:, :-1], w[:, 1:], m
+
+
+def load_model(path):
+    ck = load_checkpoint(path)
+    model = GPT(GPTConfig(**ck["model_config"]))
+    model.load_state_dict(ck["model"])
+    return model.eval(), ck
+
+
+@torch.no_grad()
+def evaluate_run(run, corpus, batch=64):
+    """Full-validation loss of a finished run, cached in <run>/val_eval.json (+ val_tokens.npy,
+    the per-target cross-entropy of an AR run, the per-token analysis's input)."""
+    import diffusion
+    s = read_summary(run.folder)
+    if s is None:
+        return None
+    e = cached_eval(run, s)
+    if e is not None:
+        return e
+    args = s["args"]
+    model, ck = load_model(stage_file(run.folder, 0, args["stages"]))
+    x, y, m = val_windows(corpus, args["block_size"])
+    if ck.get("objective") == "mdlm":  # the bound at fixed levels; masks seeded by the batch index
+        mdlm, lm = diffusion.MDLM(mask_id=ck["mask_id"]), corpus.val_mask is not None
+        total = sum(mdlm.eval_loss(model, x[i:i + batch], y[i:i + batch], m[i:i + batch] if lm else None,
+                                   i // batch).item() * len(x[i:i + batch]) for i in range(0, len(x), batch))
+        loss, kind, n = total / len(x), "nll bound", int(x.numel())
+    else:
+        ce = torch.cat([F.cross_entropy(model(x[i:i + batch])[0].float().flatten(0, 1), y[i:i + batch].flatten(),
+                                        reduction="none") for i in range(0, len(x), batch)])
+        keep = m.flatten() > 0
+        loss, kind, n = ce[keep].mean().item(), "nll", int(keep.sum())
+        np.save(run.folder / "val_tokens.npy", ce.view(y.shape).numpy().astype(np.float32))
+    e = {"loss": loss, "kind": kind, "tokens": n, "summary_seconds": s["seconds"]}
+    (run.folder / "val_eval.json").write_text(json.dumps(e))
+    return e
+
+
+def cached_eval(run, summary):
+    """The run's val_eval.json if it was computed from this summary's checkpoint, else None."""
+    path = run.folder / "val_eval.json"
+    e = json.loads(path.read_text()) if path.exists() else None
+    return e if e and e.get("summary_seconds") == summary["seconds"] else None
+
+
+def _eval_worker(folder, threads):
+    torch.set_num_threads(threads)
+    s = read_summary(folder)
+    evaluate_run(Run(Path(folder).name, Path(folder), []), stage_corpus(s["args"]))
+    return folder
+
+
+def evaluate_all(runs, jobs, threads=0):
+    """Evaluate every finished run that has no current val_eval.json, `jobs` at a time (spawned
+    processes, like run_sweep: small models gain more from two processes than from two threads)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from experiments.common import threads_per_run
+    todo = [r for r in unique(runs) if read_summary(r.folder) and not cached_eval(r, read_summary(r.folder))]
+    if not todo:
+        return
+    print(f"   evaluating {len(todo)} checkpoint(s) on the whole validation split", flush=True)
+    if jobs <= 1 or len(todo) == 1:
+        for r in todo:
+            evaluate_run(r, stage_corpus(read_summary(r.folder)["args"]))
+        return
+    from experiments.data_constrained import _eval_worker as work  # an importable name for spawn
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(work, [str(r.folder) for r in todo], [threads_per_run(jobs, threads)] * len(todo)))
+
+
+_CORPORA = {}
+
+
+def stage_corpus(args_dict):
+    """The run's corpus (training subset as the run saw it), loaded once per subset (the runs of
+    one experiment differ in their data only by U: --unique-tokens and --music-chunks)."""
+    a = train.parse_args(["--stages", args_dict["stages"]])
+    for k, v in args_dict.items():
+        setattr(a, k, v)
+    key = (args_dict["stages"], args_dict.get("unique_tokens"), args_dict.get("music_chunks"),
+           args_dict.get("data_seed"), args_dict.get("block_size"), args_dict.get("music_composers"))
+    if key not in _CORPORA:
+        _CORPORA[key] = train.load_corpus(args_dict["stages"], a)
+    return _CORPORA[key]
+
+
+def val_loss(run):
+    """The run's full-validation loss (evaluated now if needed); inf if it diverged, None if unfinished."""
+    if (run.folder / "diverged.json").exists():
+        return math.inf
+    s = read_summary(run.folder)
+    if s is None:
+        return None
+    e = evaluate_run(run, stage_corpus(s["args"]))
+    return e["loss"]
+
+
+# ---------------------------------------------------------------------------------------------
+# per-token analysis: where MIR's gain sits
+
+FREQ_EDGES = (0, 1, 10, 100, 1000, 10_000, 100_000)  # bucket k: EDGES[k] <= training count < EDGES[k+1]
+
+
+def token_name(corpus, i):
+    """A readable name for token id i of the corpus' vocabulary."""
+    if str(corpus.info.get("tokenizer", "")).startswith("midi-events"):
+        from data import music as mu
+        if i < mu.NOTE_OFFSET:
+            return ("PAD", "BOS", "EOS")[i]
+        if i < mu.VELOCITY_OFFSET:
+            p = i - mu.NOTE_OFFSET + mu.MIN_PITCH
+            return f"NOTE {('C', 'C#', 'D', 'D#', 'E', 'F', 'F#', 'G', 'G#', 'A', 'A#', 'B')[p % 12]}{p // 12 - 1}"
+        if i < mu.SHIFT_OFFSET:
+            return f"VELOCITY {i - mu.VELOCITY_OFFSET}"
+        if i < mu.DURATION_OFFSET:
+            return f"SHIFT {mu.SHIFT_BINS[i - mu.SHIFT_OFFSET] * 10} ms"
+        if i < mu.VOCAB_SIZE:
+            return f"DURATION {mu.DURATION_BINS[i - mu.DURATION_OFFSET] * 10} ms"
+        return "[MASK]"
+    try:
+        t = corpus.decode([int(i)])
+        return repr(t) if isinstance(t, str) else str(i)
+    except Exception:  # a decoder that needs more than one token
+        return str(i)
+
+
+def per_token(a, records):
+    """Where MIR's gain sits. Per validation target, gain = CE(wd) - CE(wd+mir) of matched runs
+    (same size, U, seed; both read from their val_tokens.npy), bucketed by the target token's count
+    in that run's training subset (FREQ_EDGES); pooled over all pairs, per U and per size. Also
+    the tokens with the largest summed gain (and the most negative), decoded, and the gain by
+    position in the window (MIR never masks the first keep-first positions)."""
+    ok = [r for r in records["runs"] if r["status"] == "done"]
+    base = {(r["size"], r["U"], r["seed"]): r for r in ok if r["method"] == "wd"}
+    pairs = [(base[(r["size"], r["U"], r["seed"])], r) for r in ok
+             if r["method"] == "wd+mir" and (r["size"], r["U"], r["seed"]) in base]
+    if not pairs:
+        return None
+    nb = len(FREQ_EDGES)
+    labels = [f"{lo:,}-{hi - 1:,}" if hi - lo > 1 else f"{lo:,}" for lo, hi in zip(FREQ_EDGES, FREQ_EDGES[1:])]
+    labels.append(f">= {FREQ_EDGES[-1]:,}")
+    agg, n_pairs = {}, {}  # key -> per bucket [targets, sum CE wd, sum CE wd+mir, sum gain]; key -> pairs
+    for rb, rm in pairs:
+        args = read_summary(a.out / "runs" / rb["name"])["args"]
+        corpus = stage_corpus(args)
+        _, y, m = val_windows(corpus, args["block_size"])
+        keep = m.numpy() > 0
+        ce_b = np.load(a.out / "runs" / rb["name"] / "val_tokens.npy")
+        ce_m = np.load(a.out / "runs" / rm["name"] / "val_tokens.npy")
+        yk, gain = y.numpy()[keep], (ce_b - ce_m)[keep]
+        counts = np.bincount(np.asarray(corpus.train, dtype=np.int64), minlength=corpus.vocab_size)
+        bucket = np.searchsorted(FREQ_EDGES, counts[yk], side="right") - 1
+        for key in ("all", f"U={rb['U']}", f"size={rb['size']}"):
+            np.add.at(agg.setdefault(key, np.zeros((nb, 4))), bucket,
+                      np.stack([np.ones_like(gain), ce_b[keep], ce_m[keep], gain], 1))
+            n_pairs[key] = n_pairs.get(key, 0) + 1
+        if "tokens" not in agg:
+            agg["tokens"] = np.zeros((corpus.vocab_size, 2))  # per token id: summed gain, targets
+            agg["position"] = np.zeros((y.shape[1], 2))       # per position in the window: likewise
+        np.add.at(agg["tokens"], yk, np.stack([gain, np.ones_like(gain)], 1))
+        agg["position"] += np.stack([((ce_b - ce_m) * keep).sum(0), keep.sum(0)], 1)
+
+    def table(t, n):
+        total = t[:, 3].sum()
+        return [dict(bucket=labels[k], targets_per_pair=t[k, 0] / n, ce_wd=t[k, 1] / t[k, 0], ce_mir=t[k, 2] / t[k, 0],
+                     gain=t[k, 3] / t[k, 0], gain_per_pair=t[k, 3] / n, share=t[k, 3] / total if total > 0 else None)
+                for k in range(nb) if t[k, 0] > 0]
+    tg, pos = agg.pop("tokens"), agg.pop("position")
+    out = {"pairs": len(pairs), "bucket_labels": labels, "total_gain_per_pair": float(tg[:, 0].sum() / len(pairs)),
+           "buckets": {key: table(t, n_pairs[key]) for key, t in agg.items()}}
+    corpus = stage_corpus(read_summary(a.out / "runs" / pairs[0][0]["name"])["args"])
+    tok = lambda i: dict(id=int(i), token=token_name(corpus, i), targets_per_pair=tg[i, 1] / len(pairs),
+                         mean_gain=tg[i, 0] / tg[i, 1], gain_per_pair=tg[i, 0] / len(pairs),
+                         share=tg[i, 0] / tg[:, 0].sum() if tg[:, 0].sum() > 0 else None)
+    order = [i for i in np.argsort(-tg[:, 0]) if tg[i, 1] > 0]
+    out["top_tokens"] = [tok(i) for i in order[:a.top_tokens]]
+    out["bottom_tokens"] = [tok(i) for i in order[::-1][:5]]
+    T = len(pos)
+    spans = sorted({(0, min(a.mir_keep_first, T)), (min(a.mir_keep_first, T), min(32, T)), (min(32, T), T)})
+    out["by_position"] = [dict(positions=f"{lo}-{hi - 1}", gain=float(pos[lo:hi, 0].sum() / pos[lo:hi, 1].sum()))
+                          for lo, hi in spans if hi > lo and pos[lo:hi, 1].sum() > 0]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    a = parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(a.threads or os.cpu_count() or 1)  # this process only evaluates; runs set their own
+    try:
+        experiment(a)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def experiment(a):
+    """The four phases of the module docstring."""
+    from experiments import data_constrained_report as rep
+    a.out.mkdir(parents=True, exist_ok=True)
+    t0, phases = time.time(), {}
+
+    def phase(name, start):
+        phases[name] = time.time() - start
+        print(f"   ({name}: {phases[name]:.0f} s)", flush=True)
+    check_budgets(a)
+    sweep, trained = sweep_runs(a), {}
+    if not a.report_only:
+        print(f"== phase 1: weight-decay sweep, {len(sweep)} runs (U = {a.sweep_budget:,}, {a.epochs:g} epochs)", flush=True)
+        trained.update(run_sweep(sweep, jobs=a.jobs, threads=a.threads))
+    evaluate_all(sweep, a.jobs, a.threads)
+    strong = pick_strong(a, sweep)
+    missing = [s for s, v in strong.items() if v is None]
+    if missing:
+        raise UserError(f"the decay sweep of size(s) {missing} has unfinished or diverged runs in {a.out / 'runs'}; "
+                        "rerun without --report-only (diverged runs: lower --lrs or drop that decay)")
+    for size, (wd, lr) in strong.items():
+        print(f"  {size}: strong decay {wd:g} (lr {lr:g})")
+    phase("sweep", t0)
+    grid = grid_runs(a, strong)
+    todo = [r for r in unique(grid) if not any(r.name == s.name for s in sweep)]
+    if not a.report_only:
+        print(f"== phase 2: the grid, {len(unique(grid))} runs ({len(unique(grid)) - len(todo)} shared with the "
+              f"sweep): {len(a.sizes)} sizes x {len(a.budgets)} budgets x {', '.join(a.methods)}", flush=True)
+        t1 = time.time()
+        trained.update(run_sweep(todo, jobs=a.jobs, threads=a.threads))
+        phase("grid", t1)
+    print("== phase 3: full-validation evaluation of every final checkpoint", flush=True)
+    t1 = time.time()
+    evaluate_all(grid, a.jobs, a.threads)
+    records = rep.collect(a, sweep, grid, strong)
+    phase("evaluation", t1)
+    if trained:  # the wall time of every invocation that trained, kept across resumptions
+        log = a.out / "timings.json"
+        past = json.loads(log.read_text()) if log.exists() else []
+        write_json(log, past + [dict(date=time.strftime("%Y-%m-%d %H:%M"), runs_trained=len(trained), jobs=a.jobs,
+                                     **{f"{k}_seconds": v for k, v in phases.items()})])
+    print("== phase 4: fits and report", flush=True)
+    text = rep.write_report(a, records, t0=t0, phases=phases)
+    print("\n" + text)
+    print(f"\nwrote {a.out / 'report.md'}, report.json, runs.csv and the PNGs ({time.time() - t0:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    main_guard(main)
