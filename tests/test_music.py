@@ -12,9 +12,10 @@ import mido
 import numpy as np
 import pytest
 
+from data import midi
 from data import music as m
 
-Q = m.TIME_QUANTUM
+Q = midi.TIME_QUANTUM
 TOL = Q / 2 + 1e-9          # onsets are quantised in absolute time: never more than half a quantum
 
 
@@ -69,13 +70,13 @@ def reference_onsets(mid):
     for msg in mid:              # tracks merged, msg.time in seconds
         t += msg.time
         if msg.type == "note_on" and msg.velocity > 0 and msg.channel != 9:
-            out.setdefault(m._fold_pitch(msg.note), []).append(t)
+            out.setdefault(midi._fold_pitch(msg.note), []).append(t)
     return {p: np.array(sorted(v)) for p, v in out.items()}
 
 
 def decoded_notes(tokens):
     """{pitch: [(onset, duration)]} of a decoded, saved and re-read file."""
-    mid = reload(m.decode(tokens))
+    mid = reload(midi.decode(tokens))
     t, opened, out = 0.0, {}, {}
     for msg in mid:
         t += msg.time
@@ -103,11 +104,11 @@ def assert_onsets_kept(mid, tokens):
 
 
 def assert_grammar(tokens):
-    assert all(0 <= t < m.VOCAB_SIZE for t in tokens)
-    assert not {m.PAD, m.BOS, m.EOS} & set(tokens)
+    assert all(0 <= t < midi.VOCAB_SIZE for t in tokens)
+    assert not {midi.PAD, midi.BOS, midi.EOS} & set(tokens)
     for i, t in enumerate(tokens):
-        if m.NOTE_OFFSET <= t < m.VELOCITY_OFFSET:
-            assert m.DURATION_OFFSET <= tokens[i + 1] < m.VOCAB_SIZE
+        if midi.NOTE_OFFSET <= t < midi.VELOCITY_OFFSET:
+            assert midi.DURATION_OFFSET <= tokens[i + 1] < midi.VOCAB_SIZE
 
 
 def close_in_log(a, b, tol=0.11):   # durations: nearest of 33 geometric bins (ratio <= 1.23)
@@ -117,14 +118,14 @@ def close_in_log(a, b, tol=0.11):   # durations: nearest of 33 geometric bins (r
 # ----------------------------------------------------------------------------- vocabulary
 
 def test_vocabulary_layout():
-    assert m.VOCAB_SIZE == 160
-    assert (m.PAD, m.BOS, m.EOS, m.NOTE_OFFSET) == (0, 1, 2, 3)
-    assert m.VELOCITY_OFFSET - m.NOTE_OFFSET == 88 == m.N_NOTES
-    assert m.DURATION_OFFSET + len(m.DURATION_BINS) == 160
-    assert max(m.SHIFT_BINS) * Q == pytest.approx(1.0) and min(m.SHIFT_BINS) == 1
-    assert list(m.DURATION_BINS) == sorted(set(m.DURATION_BINS)) and m.DURATION_BINS[0] == 1
+    assert midi.VOCAB_SIZE == 160
+    assert (midi.PAD, midi.BOS, midi.EOS, midi.NOTE_OFFSET) == (0, 1, 2, 3)
+    assert midi.VELOCITY_OFFSET - midi.NOTE_OFFSET == 88 == midi.N_NOTES
+    assert midi.DURATION_OFFSET + len(midi.DURATION_BINS) == 160
+    assert max(midi.SHIFT_BINS) * Q == pytest.approx(1.0) and min(midi.SHIFT_BINS) == 1
+    assert list(midi.DURATION_BINS) == sorted(set(midi.DURATION_BINS)) and midi.DURATION_BINS[0] == 1
     for n in range(0, 1000, 7):       # any gap is an exact sum of shift bins
-        assert sum(m.SHIFT_BINS[t - m.SHIFT_OFFSET] for t in m._shift_tokens(n)) == n
+        assert sum(midi.SHIFT_BINS[t - midi.SHIFT_OFFSET] for t in midi._shift_tokens(n)) == n
 
 
 # ----------------------------------------------------------------------------- real-file features
@@ -140,12 +141,12 @@ def test_type1_several_tracks_tempo_changes(tmp_path):
     mid = midi_of(conductor, a, b, tpb=384)
     path = tmp_path / "type1.mid"
     mid.save(path)
-    tokens = m.encode(path)
-    assert tokens == m.encode(mido.MidiFile(path)) == m.encode(str(path))
+    tokens = midi.encode(path)
+    assert tokens == midi.encode(mido.MidiFile(path)) == midi.encode(str(path))
     assert_grammar(tokens)
     assert_onsets_kept(mido.MidiFile(path), tokens)
     # the tempo map is really used: tick 3000 = 4 beats at 120 bpm, then 3.8125 beats at 150 bpm
-    secs = m._seconds_fn(mido.MidiFile(path), [(0, 500000), (1536, 400000), (3473, mido.bpm2tempo(63.7)),
+    secs = midi._seconds_fn(mido.MidiFile(path), [(0, 500000), (1536, 400000), (3473, mido.bpm2tempo(63.7)),
                                                 (4000, 300000)])
     expected = 1536 / 384 * 0.5 + (3000 - 1536) / 384 * 0.4
     assert float(secs(3000)) == pytest.approx(expected, abs=1e-12)
@@ -179,7 +180,7 @@ def test_type0_running_status_raw_bytes(tmp_path):
     mid = mido.MidiFile(path)
     assert mid.type == 0 and len(mid.tracks) == 1
     stats = {}
-    tokens = m.encode(path, stats=stats)
+    tokens = midi.encode(path, stats=stats)
     assert stats["notes"] == 4 and stats["drum_notes"] == 1
     got = decoded_notes(tokens)
     tick = 0.5 / 96
@@ -195,7 +196,7 @@ def test_drums_skipped_and_out_of_range_pitches_transposed():
     drums = note_events([(0, 50, 36, 100), (240, 300, 42, 100)], channel=9)
     mid = midi_of(note_events(notes) + drums, type=0)
     stats = {}
-    tokens = m.encode(mid, stats=stats)
+    tokens = midi.encode(mid, stats=stats)
     assert stats["drum_notes"] == 2 and stats["transposed"] == 2 and stats["notes"] == 5
     got = decoded_notes(tokens)
     assert sorted(got) == [21, 24, 60, 103, 108]          # 12 -> 24, 115 -> 103 (by octaves)
@@ -208,12 +209,12 @@ def test_sustain_pedal_extends_notes():
                          (288, 336, 62, 80), (576, 672, 62, 80),   # re-struck while held
                          (2400, 2880, 64, 80)])           # after the pedal: unaffected
     mid = midi_of(notes + [pedal(240, 127), pedal(1920, 0)], type=0, tpb=tpb)
-    got = decoded_notes(m.encode(mid))
+    got = decoded_notes(midi.encode(mid))
     assert close_in_log(got[60][0][1], 2.0)
     assert got[62][0][0] == pytest.approx(0.3) and close_in_log(got[62][0][1], 0.3)   # to the re-strike
     assert close_in_log(got[62][1][1], 2.0 - 0.6)
     assert close_in_log(got[64][0][1], 0.5)
-    dry = decoded_notes(m.encode(mid, sustain=False))
+    dry = decoded_notes(midi.encode(mid, sustain=False))
     assert close_in_log(dry[60][0][1], 0.5) and close_in_log(dry[62][0][1], 0.05)
 
 
@@ -224,7 +225,7 @@ def test_overlapping_same_pitch_and_unisons():
     b = note_events([(0, 960, 67, 100)], channel=1)
     mid = midi_of(a, b, type=1)
     stats = {}
-    tokens = m.encode(mid, stats=stats)
+    tokens = midi.encode(mid, stats=stats)
     assert stats["overlaps"] == 1 and stats["duplicates"] == 1
     got = decoded_notes(tokens)
     assert [on for on, _ in got[64]] == [0.0, 0.5]
@@ -251,30 +252,30 @@ def test_long_piece_no_drift(tmp_path):
     mid = mido.MidiFile(path)
     assert mid.length > 300
     stats = {}
-    tokens = m.encode(path, stats=stats)
+    tokens = midi.encode(path, stats=stats)
     assert stats["notes"] == 5000
     assert_grammar(tokens)
     worst = assert_onsets_kept(mid, tokens)
     assert worst > 0.004                                 # irregular times really were rounded
-    assert m.encode(m.decode(tokens)) == tokens          # the vocabulary is a fixed point
+    assert midi.encode(midi.decode(tokens)) == tokens          # the vocabulary is a fixed point
 
 
 def test_decode_is_playable_and_idempotent():
     mid = midi_of(note_events([(0, 480, 60, 80), (240, 960, 67, 20), (240, 300, 76, 127)]), type=0)
-    tokens = m.encode(mid)
-    out = reload(m.decode(tokens))
+    tokens = midi.encode(mid)
+    out = reload(midi.decode(tokens))
     assert out.type in (0, 1) and out.length == pytest.approx(1.0, abs=0.02)
-    assert m.encode(out) == tokens
-    assert m.decode([]).length == 0
+    assert midi.encode(out) == tokens
+    assert midi.decode([]).length == 0
 
 
 def test_decode_tolerates_sampled_sequences():
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, m.VOCAB_SIZE, size=3000).tolist()
-    mid = reload(m.decode(tokens))
+    tokens = rng.integers(0, midi.VOCAB_SIZE, size=3000).tolist()
+    mid = reload(midi.decode(tokens))
     assert all(0 <= msg.note <= 127 for msg in mid if msg.type.startswith("note"))
-    notes = m.tokens_to_notes([m.BOS, m.NOTE_OFFSET + 39, m.DURATION_OFFSET + 10, m.EOS,
-                               m.NOTE_OFFSET + 40, m.DURATION_OFFSET])
+    notes = midi.tokens_to_notes([midi.BOS, midi.NOTE_OFFSET + 39, midi.DURATION_OFFSET + 10, midi.EOS,
+                               midi.NOTE_OFFSET + 40, midi.DURATION_OFFSET])
     assert [n.pitch for n in notes] == [60]              # EOS ends the piece
 
 
@@ -290,18 +291,18 @@ def test_corrupt_files_raise_and_are_skipped(tmp_path):
     empty = tmp_path / "empty.mid"
     empty.write_bytes(b"")
     for bad in (junk, truncated, empty):
-        with pytest.raises(m.MidiError):
-            m.encode(bad)
+        with pytest.raises(midi.MidiError):
+            midi.encode(bad)
     with pytest.warns(UserWarning, match="skipping"):
-        token_lists, stats = m.encode_files([good, junk, truncated, empty])
+        token_lists, stats = midi.encode_files([good, junk, truncated, empty])
     assert stats["files"] == 4 and stats["skipped"] == 3 and stats["notes"] == 2
     assert len(token_lists) == 1 and stats["tokens"] == len(token_lists[0])
 
 
 def test_piece_stream():
-    s = m.piece_stream([[5, 6], [7]])
-    assert s.dtype == np.uint16 and s.tolist() == [m.BOS, 5, 6, m.EOS, m.BOS, 7, m.EOS]
-    assert m.piece_stream([]).size == 0
+    s = midi.piece_stream([[5, 6], [7]])
+    assert s.dtype == np.uint16 and s.tolist() == [midi.BOS, 5, 6, midi.EOS, midi.BOS, 7, midi.EOS]
+    assert midi.piece_stream([]).size == 0
 
 
 # ----------------------------------------------------------------------------- synthetic music
@@ -313,12 +314,12 @@ def test_synthetic_deterministic_in_vocab_and_decodable():
     for tokens in a + c:
         assert len(tokens) > 100
         assert_grammar(tokens)
-        mid = reload(m.decode(tokens))
+        mid = reload(midi.decode(tokens))
         assert mid.length > 10
-        assert m.encode(mid) == tokens                   # exactly the real-music grammar
+        assert midi.encode(mid) == tokens                   # exactly the real-music grammar
     flat = np.concatenate([np.array(t) for t in a])
-    vel = flat[(flat >= m.VELOCITY_OFFSET) & (flat < m.SHIFT_OFFSET)]
-    shifts = flat[(flat >= m.SHIFT_OFFSET) & (flat < m.DURATION_OFFSET)]
+    vel = flat[(flat >= midi.VELOCITY_OFFSET) & (flat < midi.SHIFT_OFFSET)]
+    shifts = flat[(flat >= midi.SHIFT_OFFSET) & (flat < midi.DURATION_OFFSET)]
     assert len(set(vel.tolist())) >= 4 and len(set(shifts.tolist())) >= 6   # dynamics, rhythm
     many = m.synthetic(n_tokens=5000, seed=3)
     assert sum(map(len, many)) >= 5000 and sum(map(len, many[:-1])) < 5000
@@ -398,7 +399,7 @@ def test_music21_conversion_machinery_with_a_fake_music21(tmp_path):
     files = m.midi_folder_files(out)
     assert [p.relative_to(out).as_posix() for p in files] == ["bach/bwv1.mxl.mid", "bach/bwv2.xml.mid"]
     assert not [p for p in out.rglob("*") if ".tmp" in p.name]
-    token_lists, enc = m.encode_files(files)
+    token_lists, enc = midi.encode_files(files)
     assert enc["skipped"] == 0 and enc["notes"] == 2
     failed = json.loads((out / "failed.json").read_text())
     assert sorted(failed) == ["bach/bwv4.mxl", "bach/sub/bwv3.krn"] and "timed out" in failed["bach/sub/bwv3.krn"]
