@@ -42,14 +42,27 @@ class Run:
     meta: dict = field(default_factory=dict)  # the experiment's own labels (condition, width, seed...)
 
 
+def positive_int(value):
+    """argparse type: a whole number > 0 (the error is the parser's one line)."""
+    import argparse
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {n}")
+    return n
+
+
 def add_sweep_args(p, default_out):
     """The flags every experiment script has."""
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
     p.add_argument("--out", default=None, help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
-    p.add_argument("--jobs", type=int, default=2,
+    p.add_argument("--jobs", type=positive_int, default=2,
                    help="runs at a time, each with --threads threads (default 2: on 2 cores two 1-thread runs "
                         "finish a sweep of small models sooner than one 2-thread run at a time)")
-    p.add_argument("--threads", type=int, default=0, help="threads per run (0: cores / jobs)")
+    p.add_argument("--threads", type=int, default=0, choices=range(0, 257), metavar="N",
+                   help="threads per run (0: cores / jobs)")
     p.add_argument("--report-only", action="store_true", help="no training: rebuild the report from finished runs")
 
 

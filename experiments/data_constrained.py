@@ -71,6 +71,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
+from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -92,7 +94,7 @@ QUICK = dict(sizes="L1d16,L2d24,L2d32,L3d48", budgets="4000,8000,16000", epochs=
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[1],
+    p = ArgumentParser(description=__doc__.split("\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, "out/data_constrained")
     p.add_argument("--stage", default="music",
@@ -162,6 +164,11 @@ def parse_args(argv=None):
             p.error(f"--laws: unknown {bad}; choose from {', '.join(scaling.LAWS)}")
     if len(a.budgets) < 2 or len(a.sizes) < 2:
         p.error("give at least 2 sizes and 2 budgets (laws and fan-out need both axes)")
+    for flag in ("seeds", "epochs", "batch_size", "block_size", "jobs"):
+        if getattr(a, flag, None) is not None and getattr(a, flag) <= 0:
+            p.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(a, flag)}")
+    if any(u <= 0 for u in a.budgets) or any(x <= 0 for x in a.decays + a.lrs):
+        p.error("--budgets, --decays and --lrs must be positive")
     a.sweep_budget = int(a.sweep_budget or a.budgets[len(a.budgets) // 2])
     if a.sweep_budget not in a.budgets:
         p.error(f"--sweep-budget {a.sweep_budget} must be one of --budgets {a.budgets}")

@@ -88,6 +88,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
+from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
+
 from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments import common  # noqa: E402
@@ -145,14 +147,8 @@ RUN_OVERHEAD_S = 4.0     # corpus memory-mapping, model build, checkpoints, per 
 APPROX_TRAIN_TOKENS = {"wikitext103": 124_000_000, "wikitext2": 2_400_000, "wiki-leads": 990_088}
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, exit 2 (no usage block)
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def parse_args(argv=None):
-    p = Parser(description=__doc__.split("\n")[1], epilog=__doc__.split("\n", 2)[2],
+    p = ArgumentParser(description=__doc__.split("\n")[1], epilog=__doc__.split("\n", 2)[2],
                formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_sweep_args(p, "out/ladder")
     p.add_argument("--full", action="store_true",

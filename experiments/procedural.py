@@ -71,6 +71,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
 
+from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
+
 from experiments import common  # noqa: E402
 from data.common import UserError  # noqa: E402
 
@@ -83,7 +85,7 @@ def csv(s):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[1],
+    p = ArgumentParser(description=__doc__.split("\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_sweep_args(p, "out/procedural")
     g = p.add_argument_group("(a) the diagnostic table")

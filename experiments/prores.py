@@ -84,6 +84,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
+from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
+
 from experiments import prores_report as rep  # noqa: E402
 from experiments.common import Run, add_sweep_args, main_guard, run_sweep, write_json  # noqa: E402
 from data.common import UserError  # noqa: E402
@@ -114,7 +116,7 @@ PRESETS = {
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[1],
+    p = ArgumentParser(description=__doc__.split("\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, "out/prores")
     p.add_argument("--preset", default="depth", choices=sorted(PRESETS),

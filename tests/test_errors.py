@@ -96,3 +96,22 @@ def test_transfer_merge_errors_are_one_line(capsys, bad_files):
     code, lines = one_line_error(capsys, transfer.main, ["merge", "--attn", str(bad_files / "notckpt.pt"),
                                                          "-o", str(bad_files / "m.pt")])
     assert code != 0 and len(lines) == 1 and "notckpt.pt" in lines[0]
+
+
+EXPERIMENT_CASES = [["--bogus"], ["--seeds", "-1"], ["--seeds", "x"], ["--jobs", "0"]]
+
+
+@pytest.mark.parametrize("name", ["ladder", "procedural", "data_constrained", "prores"])
+@pytest.mark.parametrize("argv", EXPERIMENT_CASES, ids=[" ".join(c) for c in EXPERIMENT_CASES])
+def test_experiment_errors_are_one_line(name, argv, capsys, monkeypatch, tmp_path):
+    import importlib
+    from experiments import common
+    exp = importlib.import_module(f"experiments.{name}")
+
+    def no_training(*a, **k):
+        raise AssertionError("a bad flag got as far as training")
+    monkeypatch.setattr(common, "run_sweep", no_training)
+    monkeypatch.setattr(exp, "run_sweep", no_training, raising=False)
+    code, lines = one_line_error(capsys, lambda a: common.main_guard(lambda: exp.main(a)),
+                                 argv + ["--out", str(tmp_path / "out")])
+    assert code != 0 and len(lines) == 1 and "Traceback" not in lines[0], lines
