@@ -210,6 +210,11 @@ def write_json(path, obj):
     atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 
 
+def write_text(path, text):
+    """Write a report through a temporary name and a rename (never half a file)."""
+    atomic_write_bytes(path, text.encode())
+
+
 def save_figure(fig, path):
     """Write a matplotlib figure atomically and close it."""
     import matplotlib.pyplot as plt

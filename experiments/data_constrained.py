@@ -339,7 +339,7 @@ def evaluate_run(run, corpus, batch=64):
         loss, kind, n = ce[keep].mean().item(), "nll", int(keep.sum())
         np.save(run.folder / "val_tokens.npy", ce.view(y.shape).numpy().astype(np.float32))
     e = {"loss": loss, "kind": kind, "tokens": n, "summary_seconds": s["seconds"]}
-    (run.folder / "val_eval.json").write_text(json.dumps(e))
+    write_json(run.folder / "val_eval.json", e)
     return e
 
 

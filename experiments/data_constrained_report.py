@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 import scaling
+from experiments.common import write_text as common_write_text  # noqa: E402
 from experiments import data_constrained as dc
 from experiments.common import fmt_mean_std, hardware, mean_std, pyplot, read_summary, save_figure, write_json
 
@@ -472,7 +473,7 @@ def write_report(a, records, t0, phases=None):
               "run folders `runs/<objective>-<size>-U<U>-wd<decay>-lr<lr>-s<seed>/` (val_eval.json holds the "
               "full-validation loss).", ""]
     text = "\n".join(lines)
-    (out / "report.md").write_text(text)
+    common_write_text(out / "report.md", text)
     write_json(out / "report.json", {
         "paper": PAPER, "hardware": hardware(), "wall_seconds": time.time() - t0, "phase_seconds": phases,
         "timings": timings,

@@ -14,6 +14,7 @@ import json
 import math
 import time
 
+from experiments.common import write_text as common_write_text  # noqa: E402
 from experiments import common
 from experiments.ladder import BASELINE, CONDITIONS, cells, chain
 
@@ -373,7 +374,7 @@ def write_all(a, runs, sweep_wall_s=None):
     common.write_json(a.out / "details.json", {"claim": CLAIM, "paper": PAPER, "settings": settings, "facts": facts,
                                                "hardware": common.hardware(), "comparisons": comps,
                                                "runs": details, "missing": [list(m) for m in missing]})
-    (a.out / "report.md").write_text(text)
+    common_write_text(a.out / "report.md", text)
     plot_curves(a, details, a.out / "curves.png")
     plot_width(a, rows, a.out / "width.png")
     plot_ablation(a, records, a.out / "ablation.png")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.common import write_text as common_write_text  # noqa: E402
 from experiments import common
 from experiments.common import fmt_mean_std, mean_std, welch_p
 
@@ -466,7 +467,7 @@ def write_report(a, res):
               "loss against the share of the semantic budget), `additive.png` (loss change against procedural "
               "tokens). Every run's numbers and flags: `report.json`; the runs: `runs/<name>/`.", ""]
     text = "\n".join(lines)
-    (out / "report.md").write_text(text)
+    common_write_text(out / "report.md", text)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
     common.write_json(out / "report.json", {"paper": PAPER, "paper_substitutive": PAPER_SUBST, "settings": settings,
                                             "hardware": common.hardware(), **res})

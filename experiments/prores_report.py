@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from experiments.common import write_text as common_write_text  # noqa: E402
 from experiments.common import (fmt_mean_std, hardware, pyplot, read_events, read_summary, save_figure,
                                 welch_p, write_json)  # (puts the repo root on sys.path)
 import train  # noqa: E402
@@ -316,7 +317,7 @@ def write_report(a, scan, scan_recs, meas, meas_recs, lr, depths, why, claim):
               "`grad_norms.png` (seed 0). Every per-run number, curves included: `report.json`; the runs: "
               "`runs/<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>/`.", ""]
     text = "\n".join(lines)
-    (out / "report.md").write_text(text)
+    common_write_text(out / "report.md", text)
     write_json(out / "report.json", {
         "claim": claim, "hardware": hardware(), "wall_seconds": wall, "train_seconds": train_s,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
