@@ -256,6 +256,8 @@ def load_text_folder(path, cache, **_):
     enc = gpt2_encoding(cache)
     root = Path(path).expanduser()
     files = sorted(root.rglob("*.txt")) if root.is_dir() else [root] if root.is_file() else []
+    if not root.exists():
+        raise FileNotFoundError(f"text:{path}: no such file or folder; give a folder of .txt files or one file")
     if not files:
         raise FileNotFoundError(f"text:{path}: no .txt files found there; give a folder of .txt files or one file")
     stamp = hashlib.sha1(repr([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode())

@@ -72,5 +72,8 @@ def test_unknown_stage_lists_the_valid_ones():
 
 
 def test_missing_text_folder_says_what_to_do(cache, tmp_path):
-    with pytest.raises(FileNotFoundError, match="no .txt files"):
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
         data.load(f"text:{tmp_path / 'nothing'}")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no .txt files"):
+        data.load(f"text:{tmp_path / 'empty'}")
