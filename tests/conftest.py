@@ -14,6 +14,18 @@ WORDS = ("the river runs under a quiet hill where old songs of the morning wake 
          "every small light of the town turns toward the sea while winds carry rain").split()
 
 
+def gens(seeds):
+    """One seeded torch.Generator per row (the masking objectives take a generator per row)."""
+    return [torch.Generator().manual_seed(s) for s in seeds]
+
+
+def token_batch(vocab, B=4, T=16, seed=1):
+    """(x, y): B random windows of T + 1 tokens below vocab, shifted by one."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randint(0, vocab, (B, T + 1), generator=g)
+    return w[:, :-1], w[:, 1:]
+
+
 def write_paragraphs(folder, n_paragraphs=60, seed=0):
     """A folder with two .txt files of short English-like paragraphs."""
     rng = random.Random(seed)

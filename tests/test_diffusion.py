@@ -8,6 +8,7 @@ from torch.nn import functional as F
 
 from diffusion import MDLM, counted_tokens, draw_levels, forward_mask, sample
 from model import GPT, GPTConfig
+from conftest import gens, token_batch
 
 V = 11            # corpus vocabulary; [MASK] = V, the model's extra last row
 MASK = V
@@ -18,14 +19,8 @@ def tiny(causal=False, seed=0):
     return GPT(GPTConfig(block_size=16, vocab_size=V + 1, n_layer=2, n_head=2, n_embd=16, causal=causal))
 
 
-def gens(seeds):
-    return [torch.Generator().manual_seed(s) for s in seeds]
-
-
 def batch(B=4, T=16, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randint(0, V, (B, T + 1), generator=g)
-    return w[:, :-1], w[:, 1:]
+    return token_batch(V, B, T, seed)
 
 
 def test_forward_mask_levels():
