@@ -412,7 +412,7 @@ FREQ_EDGES = (0, 1, 10, 100, 1000, 10_000, 100_000)  # bucket k: EDGES[k] <= tra
 def token_name(corpus, i):
     """A readable name for token id i of the corpus' vocabulary."""
     if str(corpus.info.get("tokenizer", "")).startswith("midi-events"):
-        from data import music as mu
+        from data import midi as mu
         if i < mu.NOTE_OFFSET:
             return ("PAD", "BOS", "EOS")[i]
         if i < mu.VELOCITY_OFFSET:

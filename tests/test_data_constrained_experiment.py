@@ -172,3 +172,15 @@ def test_errors_are_one_line(result, capsys):
     with pytest.raises(SystemExit) as e:
         dc.parse_args(["--sizes", "4x64"])
     assert e.value.code == 2
+
+
+def test_token_names_of_the_music_vocabulary():
+    """The per-token analysis names MIDI event tokens through the codec's layout (data/midi.py)."""
+    from types import SimpleNamespace
+    from data import midi
+    music = SimpleNamespace(info={"tokenizer": "midi-events-160"}, decode=None)
+    assert dc.token_name(music, 0) == "PAD"
+    assert dc.token_name(music, midi.NOTE_OFFSET + 60 - midi.MIN_PITCH) == "NOTE C4"
+    assert dc.token_name(music, midi.VELOCITY_OFFSET + 2) == "VELOCITY 2"
+    assert dc.token_name(music, midi.SHIFT_OFFSET) == f"SHIFT {midi.SHIFT_BINS[0] * 10} ms"
+    assert dc.token_name(music, midi.VOCAB_SIZE) == "[MASK]"
