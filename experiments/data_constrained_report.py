@@ -411,6 +411,9 @@ def mdlm_lines(rows, records, a):
     return lines, summ
 
 
+FAN_FLAT = 0.01  # nats of budget gap per decade of N below which the fan-out counts as none
+
+
 def honest_lines(a, records, gains, fits, verdict, mult, mdlm):
     """The report's closing sentences: each finding beside the paper's, with what limits it."""
     lines = ["## Reading", ""]
@@ -422,8 +425,9 @@ def honest_lines(a, records, gains, fits, verdict, mult, mdlm):
                      + (f", against seed standard deviations of the gain up to {max(spread):.4f}" if spread else "") + ".")
     for m, v in verdict.items():
         fan = fits[m].get("fan_out_data")
-        grows = ("the gap between the smallest and largest U grows with N, as in the paper" if fan and fan > 0
-                 else "the gap between budgets does not grow with N here")
+        grows = ("the gap between the smallest and largest U grows with N, as in the paper" if fan and fan > FAN_FLAT
+                 else "the gap between budgets shrinks as N grows here" if fan and fan < -FAN_FLAT
+                 else f"flat within {FAN_FLAT} nats per decade: no fan-out here")
         lines.append(f"- {m}: {v['best_in_sample']} fits best in-sample, {v['best_extrapolation'] or '-'} extrapolates "
                      f"best (the paper: SoftQ for both)" + (f"; the data's fan-out is {fan:+.3f} nats per decade of N: "
                                                             f"{grows}" if fan is not None else "") + ".")
