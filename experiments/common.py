@@ -178,7 +178,7 @@ def fmt_mean_std(xs, fmt="{:.3f}"):
     m, s, n = mean_std(xs)
     if n == 0:
         return "-"
-    return fmt.format(m) if n == 1 else f"{fmt.format(m)} ± {fmt.format(s)}"
+    return fmt.format(m) if n == 1 else f"{fmt.format(m)} ± {fmt.replace('+', '').format(s)}"  # a spread has no sign
 
 
 def welch_p(a, b):

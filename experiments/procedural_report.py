@@ -508,7 +508,8 @@ def reading(a, res):
         if c and c["vs_base"]:
             m = c.get("substitutive_mean")
             share = (f"reaches the baseline's loss with {100 * m[0]:.0f}% of the data" if m else
-                     "does not reach the baseline's loss within 100% of the data in every seed")
+                     "does not reach the baseline's loss within 100% of the data in at least one seed (each seed in the "
+                     "substitutive table)")
             s.append(f"{d}: the {a.sem_kind} warm-up changes the final loss by {c['vs_base']['diff']:+.3f} nats "
                      f"({c['vs_base']['verdict']}) and {share}"
                      + (f" (paper: {100 * PAPER_SUBST[d]:.0f}%)." if d in PAPER_SUBST else "."))
