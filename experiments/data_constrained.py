@@ -53,7 +53,9 @@ Choices (measured here; each is a flag):
   1.6, 3.2 (the authors' 0.4-3.2 and the weak default; AdamW's decay skips embeddings, norms and
   biases: model.configure_optimizers); 3 seeds for wd and wd+mir at every size (MIR's gain is
   the paper's headline and is small), 1 seed for ar-weak and the MDLM runs.
-Time: --quick 3.5-4 min here (56 runs; the machine shared, load ~4). The default is 156 runs (20 sweep, 136 grid; fewer when a size
+Time: --quick 3.5-4 min here with the machine shared (56 runs; load ~4), 77 s on 2 quiet cores
+(2026-11-30, corpora cached). Measured default (2026-11-30, 2 quiet cores): 135 runs, 26.4 min wall
+for training and evaluation, ~1 min of fits and report. The default is 156 runs (20 sweep, 136 grid; fewer when a size
 prefers the weak decay): measured per step for each (objective, size) from runs with the default
 flags (U = 32k, 4 epochs, 2 jobs) on this shared machine (load average ~5 from other users):
 AR 112-227 ms, MIR 203-514 ms, MDLM 146-383 ms a step, giving ~77 min with jobs=2 here; the same
