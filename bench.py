@@ -242,9 +242,9 @@ def loop_profile(steps=60):
 
 def jobs_comparison(n_runs=4, iters=150):
     """Wall time of a sweep of n_runs small runs (d16, 2 layers, procedural data): one at a time
-    with 2 threads against two at a time with 1 thread each (experiments.common.run_sweep)."""
+    with 2 threads against two at a time with 1 thread each (experiments.lib.common.run_sweep)."""
     import shutil
-    from experiments.common import Run, run_sweep
+    from experiments.lib.common import Run, run_sweep
     res = {}
     for jobs, threads in ((1, 2), (2, 1)):
         root = Path(tempfile.mkdtemp(prefix=f"bench-jobs{jobs}-"))

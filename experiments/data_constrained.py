@@ -7,7 +7,7 @@ Xu et al., arXiv 2606.06888 (PAPERS.md section 3): MIR lowers the validation los
     python experiments/data_constrained.py --report-only   # rebuild the report from finished runs
 
 Phases (every run is train.run in its own folder OUT/runs/<name>/, skipped when finished, resumed
-from its last checkpoint when interrupted: experiments.common.run_sweep; a run's name is its
+from its last checkpoint when interrupted: experiments.lib.common.run_sweep; a run's name is its
 configuration, e.g. `mir-L4d64-U32000-wd1.6-lr0.003-s0`, so two phases asking for the same
 configuration share one run):
 1. weight-decay sweep per size: AR, one seed, at the sweep budget (default the middle U) and the
@@ -25,7 +25,7 @@ configuration share one run):
    its fixed levels and masks, the same masks for every run), cached in the run folder. This, not
    train.py's sampled validation batches, is the loss in runs.csv: deterministic and identical in
    coverage for every run, so cells differ only by their training.
-4. analysis (experiments/data_constrained_report.py): runs.csv (N,U,D,loss,method,seed; N =
+4. analysis (experiments/lib/data_constrained_report.py): runs.csv (N,U,D,loss,method,seed; N =
    non-embedding parameters, the papers' convention; the embedding is 161 x d here, so total
    parameters would barely differ), every law of scaling.py per method on the seed-averaged
    cells, MIR's gain per cell, its effective-data multiplier under the baseline's SoftQ fit,
@@ -82,7 +82,7 @@ import torch.nn.functional as F  # noqa: E402
 import train  # noqa: E402
 from checkpoint import load_checkpoint, stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
-from experiments.common import Run, add_sweep_args, main_guard, read_summary, run_sweep, write_json  # noqa: E402
+from experiments.lib.common import Run, add_sweep_args, main_guard, read_summary, run_sweep, write_json  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 METHODS = ("wd", "wd+mir", "ar-weak", "mdlm-weak", "mdlm-strong")
@@ -364,7 +364,7 @@ def evaluate_all(runs, jobs, threads=0):
     processes, like run_sweep: small models gain more from two processes than from two threads)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
-    from experiments.common import threads_per_run
+    from experiments.lib.common import threads_per_run
     todo = [r for r in unique(runs) if read_summary(r.folder) and not cached_eval(r, read_summary(r.folder))]
     if not todo:
         return
@@ -506,7 +506,7 @@ def main(argv=None):
 
 def experiment(a):
     """The four phases of the module docstring."""
-    from experiments import data_constrained_report as rep
+    from experiments.lib import data_constrained_report as rep
     a.out.mkdir(parents=True, exist_ok=True)
     t0, phases = time.time(), {}
 

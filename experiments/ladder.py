@@ -30,7 +30,7 @@ How the runs are shared (saves most of the CPU): every pre-training stage is its
 (3N chunks) serves music, volume-large, the three ablations and the ladder's poetry stage; one poetry
 continuation serves ladder, ablation-embed and long-ladder; one synthetic 3N music run serves synthetic and
 volume-large-synthetic. The sweep runs in waves (pre-training from scratch, then continuations, then the prose
-runs that need them), each wave through experiments.common.run_sweep (--jobs runs at a time), longest first.
+runs that need them), each wave through experiments.lib.common.run_sweep (--jobs runs at a time), longest first.
 Every prose run is stage 0 of its own run, so at one seed every condition sees the same prose batches in the same
 order (train.py keys them by --seed and stage index), and every run, whatever its seed, is evaluated on the same
 validation windows (keyed by --data-seed); evaluations measure the validation split only (--eval-splits val).
@@ -92,8 +92,8 @@ from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
 from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
-from experiments import common  # noqa: E402
-from experiments.common import Run  # noqa: E402
+from experiments.lib import common  # noqa: E402
+from experiments.lib.common import Run  # noqa: E402
 
 # condition -> (pre-training run key or None, prose run key, --transfer for the prose run, budget kind)
 CONDITIONS = {
@@ -423,7 +423,7 @@ def main(argv=None):
         check_music_chunks(a, runs)
         run_waves(a, runs)
         wall = time.time() - t0
-    from experiments import ladder_report
+    from experiments.lib import ladder_report
     text = ladder_report.write_all(a, runs, wall)
     print("\n" + text)
     print(f"\nwrote {a.out / 'report.md'}, report.json, details.json, curves.png, width.png, ablation.png "

@@ -20,7 +20,7 @@ The paper's experiments (PAPERS.md section 2) at CPU scale, every run through tr
 Runs live in OUT/runs/<name>/ and are skipped when finished (an interrupted sweep resumes). Each
 procedural pre-training run (one per kind x seed x size) is trained once and reused, through
 --init-from, by every task, transfer mode and semantic domain; so the sweep goes in two waves of
-experiments.common.run_sweep: the pre-training runs and the baselines, then everything that starts
+experiments.lib.common.run_sweep: the pre-training runs and the baselines, then everything that starts
 from a pre-trained (or merged) checkpoint.
 
 Our choices (each a flag; the paper's where we could afford them):
@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
 
 from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
-from experiments import common  # noqa: E402
+from experiments.lib import common  # noqa: E402
 from data.common import UserError  # noqa: E402
 
 TASKS = ("haystack", "addition", "reversed_addition", "multiplication", "sorting")
@@ -365,7 +365,7 @@ def run_all(a):
 
 
 def main(argv=None):
-    from experiments import procedural_report as report
+    from experiments.lib import procedural_report as report
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

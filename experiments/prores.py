@@ -9,7 +9,7 @@ Chen et al., arXiv 2603.05369: progressive residual warmup alpha(l, t) = min(t /
 
 The spec and the paper's claims: PAPERS.md section 4; the mechanism: prores.py (train.py --prores).
 
-Every run is train.run(train.parse_args([...])) in OUT/runs/<name>/ through experiments.common.run_sweep
+Every run is train.run(train.parse_args([...])) in OUT/runs/<name>/ through experiments.lib.common.run_sweep
 (--jobs at a time, one thread each); a finished run (summary.json, or diverged.json: a divergence is a
 finding) is skipped, an interrupted one resumes from its ckpt.pt. Runs are named
 <norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>, so a run both phases need (same flags) is trained once.
@@ -56,7 +56,7 @@ Settings and their sources (the authors' code, github.com/dandingsky/ProRes; cit
   (T = 1000, 500; run_71m_48L.sh, run_71m_96L.sh), 24k at 24 layers, 60k at 120. Ours: T = max(1, round(
   --ramp-frac x steps / L, fractional where needed), --ramp-frac 0.5: at 200 steps T = 12.5, 4.1667, 2.0833,
   1.0417 at 8, 24, 48, 96 layers, so every ramp ends at step 100 of 200 (their 96-layer runs: 48k of 100k).
-Metrics (prores_report.py): final and best val loss (nats/token), loss spikes (a step whose training loss
+Metrics (lib/prores_report.py): final and best val loss (nats/token), loss spikes (a step whose training loss
 exceeds the median of the previous 20 by more than 10%), gradient-norm spikes (pre-clipping norm > 3x the
 median of the previous 20; ProRes raises the norm by design while layers switch on), divergences, stuck runs,
 and the per-layer activation norms: the RMS of the residual stream after the embeddings and after each block,
@@ -86,8 +86,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 
 from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
-from experiments import prores_report as rep  # noqa: E402
-from experiments.common import Run, add_sweep_args, main_guard, run_sweep, write_json  # noqa: E402
+from experiments.lib import prores_report as rep  # noqa: E402
+from experiments.lib.common import Run, add_sweep_args, main_guard, run_sweep, write_json  # noqa: E402
 from data.common import UserError  # noqa: E402
 import model  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 
 import scaling
 from experiments import data_constrained as dc
-from experiments.common import main_guard
+from experiments.lib.common import main_guard
 
 SIZES = ["L1d8", "L1d16", "L2d16"]
 BUDGETS = [256, 512, 1024]

@@ -105,7 +105,7 @@ EXPERIMENT_CASES = [["--bogus"], ["--seeds", "-1"], ["--seeds", "x"], ["--jobs",
 @pytest.mark.parametrize("argv", EXPERIMENT_CASES, ids=[" ".join(c) for c in EXPERIMENT_CASES])
 def test_experiment_errors_are_one_line(name, argv, capsys, monkeypatch, tmp_path):
     import importlib
-    from experiments import common
+    from experiments.lib import common
     exp = importlib.import_module(f"experiments.{name}")
 
     def no_training(*a, **k):

@@ -126,7 +126,7 @@ def test_user_errors_are_one_line(tmp_path, text_dir, cache, capsys):
     capsys.readouterr()
     argv = tiny_argv(tmp_path, text_dir, tmp_path / "o", "--conditions", "music", "--music-chunks", "100000")
     with pytest.raises(SystemExit) as e:
-        from experiments.common import main_guard
+        from experiments.lib.common import main_guard
         main_guard(lambda: ladder.main(argv))
     assert e.value.code == 2
     err = capsys.readouterr().err

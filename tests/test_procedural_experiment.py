@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments import common
+from experiments.lib import common
 from experiments import procedural as P
-from experiments import procedural_report as R
+from experiments.lib import procedural_report as R
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -243,7 +243,7 @@ def test_gpt_forward_uses_each_layers_scale(norm):
         assert torch.allclose(m(idx)[0], ref, atol=1e-4)
 
 
-# --- the experiment (experiments/prores.py, experiments/prores_report.py) ---------------------
+# --- the experiment (experiments/prores.py, experiments/lib/prores_report.py) ---------------------
 
 def test_experiment_spike_count_and_train_flags(tmp_path):
     import train

@@ -15,9 +15,9 @@ import time
 import numpy as np
 
 import scaling
-from experiments.common import write_text as common_write_text  # noqa: E402
+from experiments.lib.common import write_text as common_write_text  # noqa: E402
 from experiments import data_constrained as dc
-from experiments.common import fmt_mean_std, hardware, mean_std, pyplot, read_summary, save_figure, write_json
+from experiments.lib.common import fmt_mean_std, hardware, mean_std, pyplot, read_summary, save_figure, write_json
 
 PAPER = {
     "mir_gain": "MIR lowers the validation loss at every size, more at larger sizes: ~0.006 nats at 72M "

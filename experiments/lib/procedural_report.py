@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common import write_text as common_write_text  # noqa: E402
-from experiments import common
-from experiments.common import fmt_mean_std, mean_std, welch_p
+from experiments.lib.common import write_text as common_write_text  # noqa: E402
+from experiments.lib import common
+from experiments.lib.common import fmt_mean_std, mean_std, welch_p
 
 SHUFFLED = "-shuffled"
 PAPER = {

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from experiments.common import write_text as common_write_text  # noqa: E402
-from experiments.common import (fmt_mean_std, hardware, pyplot, read_events, read_summary, save_figure,
+from experiments.lib.common import write_text as common_write_text  # noqa: E402
+from experiments.lib.common import (fmt_mean_std, hardware, pyplot, read_events, read_summary, save_figure,
                                 welch_p, write_json)  # (puts the repo root on sys.path)
 import train  # noqa: E402
 from checkpoint import load_checkpoint, stage_file  # noqa: E402

@@ -14,8 +14,8 @@ import json
 import math
 import time
 
-from experiments.common import write_text as common_write_text  # noqa: E402
-from experiments import common
+from experiments.lib.common import write_text as common_write_text  # noqa: E402
+from experiments.lib import common
 from experiments.ladder import BASELINE, CONDITIONS, cells, chain
 
 METRICS = ("ppl_first_epoch", "ppl_final")
