@@ -21,12 +21,7 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def parse_args(argv=None):
-    p = ArgumentParser(
-        description="Train a small GPT through a curriculum of stages (the ladder, procedural "
-                    "warm-up, MIR, ProRes). Each stage continues from the previous stage's weights.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="stage names:\n  " + "\n  ".join(data.describe()))
+def _curriculum_and_data_flags(p):
     g = p.add_argument_group("curriculum and data")
     g.add_argument("--stages", default="poetry,prose",
                    help="comma-separated stage names, run in order (default: %(default)s)")
@@ -64,6 +59,8 @@ def parse_args(argv=None):
     g.add_argument("--cache-dir", default=None,
                    help="where prepared corpora are cached (default: $PRELUDE_CACHE or ~/.cache/prelude)")
 
+
+def _budget_flags(p):
     g = p.add_argument_group("budget (per stage: --epochs or --tokens, or --iters alone; with either of "
                              "the first two, --iters caps the steps)")
     b = g.add_mutually_exclusive_group()
@@ -72,6 +69,8 @@ def parse_args(argv=None):
     b.add_argument("--epochs", type=float, default=None, help="passes over each stage's training tokens")
     b.add_argument("--tokens", type=float, default=None, help="training tokens per stage (e.g. 2e6)")
 
+
+def _model_flags(p):
     g = p.add_argument_group("model")
     g.add_argument("--n-layer", type=int, default=4, help="transformer blocks (default: %(default)s)")
     g.add_argument("--n-head", type=int, default=4, help="attention heads (default: %(default)s)")
@@ -88,6 +87,8 @@ def parse_args(argv=None):
                    help="gpt2: N(0, 0.02) with the residual projections at 0.02/sqrt(2L) (default); plain: "
                         "N(0, 0.02) everywhere, the ProRes authors' baselines")
 
+
+def _objective_flags(p):
     g = p.add_argument_group("objective (one call in the loop: mir.py, diffusion.py)")
     g.add_argument("--objective", default="ar", choices=("ar", "mdlm"),
                    help="ar: next-token prediction (default); mdlm: masked diffusion, bidirectional, the "
@@ -100,6 +101,8 @@ def parse_args(argv=None):
                    help="range of the per-sequence mask ratio, LO,HI (default: %(default)s)")
     g.add_argument("--mir-keep-first", type=int, default=8, help="positions never masked (default: %(default)s)")
 
+
+def _transfer_flags(p):
     g = p.add_argument_group("weight transfer between stages (transfer.py)")
     g.add_argument("--transfer", default=None,
                    help="groups copied into each stage from the previous one: attn, mlp, norm, pos, embed, head, "
@@ -114,6 +117,8 @@ def parse_args(argv=None):
     g.add_argument("--init-from", default=None,
                    help="start the first stage from this checkpoint (a stage*.pt, ckpt.pt or a transfer.py merge)")
 
+
+def _prores_flags(p):
     g = p.add_argument_group("ProRes: progressive residual warmup (arXiv 2603.05369, prores.py)")
     g.add_argument("--prores", action="store_true",
                    help="scale block l's residual branches by alpha(l, t) = min(t / (T*l), 1)")
@@ -125,6 +130,8 @@ def parse_args(argv=None):
                    help="stage: the warmup restarts at every stage (each stage is a new model with new "
                         "embeddings and a new lr schedule); run: one warmup over the whole curriculum")
 
+
+def _optimization_flags(p):
     g = p.add_argument_group("optimization")
     g.add_argument("--batch-size", type=int, default=16, help="sequences per micro-batch per process (default: %(default)s)")
     g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: %(default)s)")
@@ -143,6 +150,8 @@ def parse_args(argv=None):
     g.add_argument("--seed", type=int, default=1337,
                    help="seeds init, batch order, masks and dropout; data follow --data-seed (default: %(default)s)")
 
+
+def _evaluation_flags(p):
     g = p.add_argument_group("evaluation, logging, checkpoints")
     g.add_argument("--eval-interval", type=int, default=50, help="evaluate and checkpoint every N steps")
     g.add_argument("--eval-iters", type=int, default=20, help="batches per evaluation (and per split)")
@@ -157,6 +166,8 @@ def parse_args(argv=None):
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--no-plot", action="store_true", help="do not draw OUT/loss.png (saves a second per run in sweeps)")
 
+
+def _hardware_flags(p):
     g = p.add_argument_group("hardware")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
     g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
@@ -168,7 +179,28 @@ def parse_args(argv=None):
                    help="fused: chunked LM head + cross-entropy that never holds the full logits "
                         "(lm_loss.py); standard: full logits + F.cross_entropy, for comparison")
     g.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = cores / processes)")
+
+FLAG_GROUPS = (_curriculum_and_data_flags, _budget_flags, _model_flags, _objective_flags, _transfer_flags,
+               _prores_flags, _optimization_flags, _evaluation_flags, _hardware_flags)
+
+
+def parse_args(argv=None):
+    """train.py's flags, parsed and checked: each group of flags is added by its own function above,
+    then check_args turns a bad value into one line on stderr."""
+    p = ArgumentParser(
+        description="Train a small GPT through a curriculum of stages (the ladder, procedural "
+                    "warm-up, MIR, ProRes). Each stage continues from the previous stage's weights.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="stage names:\n  " + "\n  ".join(data.describe()))
+    for add_group in FLAG_GROUPS:
+        add_group(p)
     args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def check_args(p, args):
+    """The checks argparse cannot express; fills the default budget (--iters 200) when none is given."""
     for name in args.stages.split(","):
         try:
             data.check_name(name)
@@ -206,4 +238,3 @@ def parse_args(argv=None):
         p.error("--mir regularises next-token prediction: use it with --objective ar, not mdlm")
     if args.iters is None and args.epochs is None and args.tokens is None:
         args.iters = 200
-    return args
