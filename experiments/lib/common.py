@@ -210,6 +210,13 @@ def write_json(path, obj):
     atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 
 
+def settings_json(a):
+    """An experiment's parsed flags as report.json keeps them: JSON values as they are, anything
+    else (a Path) as its string, private keys (_name) left out."""
+    plain = (int, float, str, bool, list, tuple, dict, type(None))
+    return {k: (v if isinstance(v, plain) else str(v)) for k, v in vars(a).items() if not k.startswith("_")}
+
+
 def write_text(path, text):
     """Write a report through a temporary name and a rename (never half a file)."""
     atomic_write_bytes(path, text.encode())

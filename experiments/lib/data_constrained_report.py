@@ -17,7 +17,7 @@ import numpy as np
 import scaling
 from experiments.lib.common import write_text as common_write_text  # noqa: E402
 from experiments import data_constrained as dc
-from experiments.lib.common import fmt_mean_std, hardware, mean_std, pyplot, read_summary, save_figure, write_json
+from experiments.lib.common import fmt_mean_std, hardware, mean_std, pyplot, read_summary, save_figure, settings_json, write_json
 
 PAPER = {
     "mir_gain": "MIR lowers the validation loss at every size, more at larger sizes: ~0.006 nats at 72M "
@@ -481,7 +481,7 @@ def write_report(a, records, t0, phases=None):
     write_json(out / "report.json", {
         "paper": PAPER, "hardware": hardware(), "wall_seconds": time.time() - t0, "phase_seconds": phases,
         "timings": timings,
-        "settings": {k: (str(v) if k == "out" else v) for k, v in vars(a).items()},
+        "settings": settings_json(a),
         "strong": records["strong"], "sweep": records["sweep"], "runs": records["runs"], "fits": fits,
         "verdict": verdict, "mir_gain": gains, "mir_gain_summary": gain_summary, "multipliers": mult,
         "per_token": tok, "ar_vs_mdlm": mdlm, "ar_vs_mdlm_summary": mdlm_summary})

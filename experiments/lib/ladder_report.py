@@ -369,8 +369,7 @@ def write_all(a, runs, sweep_wall_s=None):
                            f"the whole {a.prose_stage} training split ({a.prose})"}
     text = write_markdown(a, records, rows, comps, missing, facts)
     common.write_json(a.out / "report.json", {"runs": records, "table": rows})
-    settings = {k: (str(v) if not isinstance(v, (int, float, str, list, type(None), bool)) else v)
-                for k, v in vars(a).items() if not k.startswith("_")}
+    settings = common.settings_json(a)
     common.write_json(a.out / "details.json", {"claim": CLAIM, "paper": PAPER, "settings": settings, "facts": facts,
                                                "hardware": common.hardware(), "comparisons": comps,
                                                "runs": details, "missing": [list(m) for m in missing]})

@@ -468,7 +468,7 @@ def write_report(a, res):
               "tokens). Every run's numbers and flags: `report.json`; the runs: `runs/<name>/`.", ""]
     text = "\n".join(lines)
     common_write_text(out / "report.md", text)
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
+    settings = common.settings_json(a)
     common.write_json(out / "report.json", {"paper": PAPER, "paper_substitutive": PAPER_SUBST, "settings": settings,
                                             "hardware": common.hardware(), **res})
     plot_all(a, res)

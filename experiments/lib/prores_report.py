@@ -9,14 +9,13 @@ write_report(...) -> report.md, report.json (every record, curves included) and 
 import json
 import math
 import statistics
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from experiments.lib.common import write_text as common_write_text  # noqa: E402
 from experiments.lib.common import (fmt_mean_std, hardware, pyplot, read_events, read_summary, save_figure,
-                                welch_p, write_json)  # (puts the repo root on sys.path)
+                                settings_json, welch_p, write_json)  # (puts the repo root on sys.path)
 import train  # noqa: E402
 from checkpoint import load_checkpoint, stage_file  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -320,7 +319,7 @@ def write_report(a, scan, scan_recs, meas, meas_recs, lr, depths, why, claim):
     common_write_text(out / "report.md", text)
     write_json(out / "report.json", {
         "claim": claim, "hardware": hardware(), "wall_seconds": wall, "train_seconds": train_s,
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+        "settings": settings_json(a),
         "measurement_point": {"lr": lr, "depths": depths, "why": why},
         "spike_definition": {"window": a.spike_window, "loss_factor": 1 + a.loss_spike_pct / 100,
                              "grad_factor": a.grad_spike_x, "first_counted_step_index": a.spike_window},
