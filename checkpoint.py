@@ -67,6 +67,33 @@ def load_state_checked(model, state):
     model.load_state_dict(state)
 
 
+# GPTConfig fields that are the machine's choice, not the model's (train.resolve_dtype, --loss-impl):
+# a checkpoint does not carry them, so a model trained on one machine loads with another's policy
+MACHINE_POLICY = ("head_dtype", "loss_impl")
+
+
+def model_config(cfg):
+    """What a checkpoint keeps of a GPTConfig: everything that defines the model's weights and
+    function, nothing of the machine's policy (MACHINE_POLICY)."""
+    from dataclasses import asdict
+    return {k: v for k, v in asdict(cfg).items() if k not in MACHINE_POLICY}
+
+
+def load_model(source, device="cpu", **policy):
+    """(GPT in eval mode, checkpoint dict) from a checkpoint path or an already loaded dict:
+    the one place that rebuilds a model from `model_config` and its weights (shapes checked).
+    policy: MACHINE_POLICY fields for this machine (e.g. loss_impl="standard")."""
+    from model import GPT, GPTConfig
+    ck = read_checkpoint(source, "checkpoint", device) if not isinstance(source, dict) else source
+    if "model_config" not in ck:
+        raise UserError("checkpoint has no model_config (a merge without a base model?); give a stage "
+                        "checkpoint written by train.py")
+    cfg = {k: v for k, v in ck["model_config"].items() if k not in MACHINE_POLICY}
+    model = GPT(GPTConfig(**cfg, **policy))
+    load_state_checked(model, ck["model"])
+    return model.to(device).eval(), ck
+
+
 def check_resume_args(saved, args, path):
     """A resumed run must be the run that wrote the checkpoint: every flag that changes what is
     computed must match, else a UserError listing each difference (flag, now, then)."""

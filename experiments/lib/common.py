@@ -192,8 +192,84 @@ def welch_p(a, b):
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def hardware():
-    """One line: CPU model, cores, torch version: what a report's times were measured on."""
+# ---------------------------------------------------------------------------------------------
+# the reading rule: when a report may call a difference an effect
+
+ALPHA = 0.05   # Welch's two-sided p must be below this ...
+MIN_N = 3      # ... with at least this many runs on each side
+
+
+def fmt_p(p):
+    """A p-value as the reports print it: 'p = 0.003', 'p < 0.001', or 'p = n/a' (no test)."""
+    if p is None or not math.isfinite(p):
+        return "p = n/a"
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.1 else f"p = {p:.2f}"
+
+
+def compare(treat, base, higher_is_better=False):
+    """The one reading rule every report uses: treat against base by Welch's t-test.
+
+    Returns {"diff": mean(treat) - mean(base), "p", "n": [n_treat, n_base], "clear", "better"}:
+    `clear` only when p < ALPHA with at least MIN_N finite runs on each side (n = 2 is not a
+    test, however far apart the means are); `better` is True / False for a clear difference in
+    the good / bad direction (lower is better unless higher_is_better), None otherwise."""
+    a = [x for x in treat if x is not None and math.isfinite(x)]
+    b = [x for x in base if x is not None and math.isfinite(x)]
+    diff = statistics.mean(a) - statistics.mean(b) if a and b else float("nan")
+    p = welch_p(a, b)
+    clear = p is not None and p < ALPHA and len(a) >= MIN_N and len(b) >= MIN_N
+    better = None if not clear else (diff > 0) == higher_is_better
+    return {"diff": diff, "p": p, "n": [len(a), len(b)], "clear": clear, "better": better}
+
+
+def slope_test(x, y):
+    """Least-squares slope of y on x with its own test (scipy.stats.linregress: two-sided p of
+    slope = 0, and the slope's standard error). `clear` when p < ALPHA with at least MIN_N + 1
+    points (a line through 3 points has one degree of freedom)."""
+    from scipy import stats
+    pts = [(float(u), float(v)) for u, v in zip(x, y) if v is not None and math.isfinite(v)]
+    if len(pts) < 3 or len({u for u, _ in pts}) < 2:
+        return {"slope": float("nan"), "stderr": float("nan"), "p": None, "n": len(pts), "clear": False}
+    r = stats.linregress([u for u, _ in pts], [v for _, v in pts])
+    p = float(r.pvalue) if math.isfinite(r.pvalue) else None
+    return {"slope": float(r.slope), "stderr": float(r.stderr), "p": p, "n": len(pts),
+            "clear": p is not None and p < ALPHA and len(pts) >= MIN_N + 1}
+
+
+def fmt_n(c):
+    n = c["n"]
+    return f"n = {n[0]}/{n[1]}" if isinstance(n, (list, tuple)) else f"n = {n}"
+
+
+def reading(c, better_word, worse_word, amount=""):
+    """The sentence a comparison (compare / slope_test) allows: '<better_word> <amount> (p, n)'
+    or '<worse_word> ...' for a clear difference, else 'no clear difference (p, n)'. Every
+    report phrase that calls something an effect goes through here."""
+    test = f"({fmt_p(c['p'])}, {fmt_n(c)})"
+    if not c["clear"]:
+        return f"no clear difference {test}"
+    good = c["better"] if "better" in c else c["slope"] > 0
+    return f"{better_word if good else worse_word}{' ' + amount if amount else ''} {test}"
+
+
+# verdicts of a paper's claim (RESULTS.md): a claim reproduces only on a clear difference in the
+# paper's direction; the opposite is a clear difference the other way
+VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not measured")
+
+
+def verdict_of(c, paper_direction_better=True):
+    """The verdict a comparison gives a claim that says treat is better (or, with
+    paper_direction_better=False, worse) than base."""
+    if not c["clear"]:
+        return "no clear difference"
+    return "reproduces" if c["better"] == paper_direction_better else "opposite"
+
+
+# ---------------------------------------------------------------------------------------------
+# provenance: which code, command and machine made a report, and how long it took
+
+def hardware_info():
+    """What a report's times were measured on: CPU model, cores, threads, torch, Python, GPU."""
     import torch
     cpu = platform.processor() or "CPU"
     try:
@@ -203,7 +279,98 @@ def hardware():
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}"
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "gpu": gpu}
+
+
+def hardware(info=None):
+    """One line of hardware_info()."""
+    h = info or hardware_info()
+    return (f"{h['cpu']}, {h['cores']} cores, torch {h['torch']}, Python {h['python']}"
+            + (f", GPU {h['gpu']}" if h.get("gpu") else ""))
+
+
+def git_state():
+    """(commit, dirty) of the repository the experiment runs from; dirty ignores untracked
+    files (out/ folders, caches); (None, None) outside a git checkout."""
+    import subprocess
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout
+        return commit, bool(status.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+
+
+class Provenance:
+    """Records one invocation of an experiment in OUT/provenance.json, appended to those before
+    it (a sweep interrupted at a session's end and resumed is several invocations):
+
+        prov = Provenance(out)      # at the start of main(): commit, dirty, command, hardware
+        ...                         # train, evaluate
+        prov.finish(runs_trained=n) # wall and CPU seconds of this invocation (workers included)
+        report["provenance"] = prov.summary()
+
+    summary(): the latest training invocation's commit, dirty, command and hardware; wall and
+    CPU seconds summed over every invocation; and the invocations themselves."""
+
+    def __init__(self, out, argv=None):
+        self.path = Path(out) / "provenance.json"
+        commit, dirty = git_state()
+        self.entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit, "dirty": dirty,
+                      "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + list(
+                          sys.argv[1:] if argv is None else argv)),
+                      "hardware": hardware_info()}
+        self._t0 = time.time()
+        self._cpu0 = self._cpu()
+
+    @staticmethod
+    def _cpu():
+        import resource
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    def entries(self):
+        return json.loads(self.path.read_text()) if self.path.exists() else []
+
+    def finish(self, runs_trained):
+        """Append this invocation (if it trained anything) and return summary()."""
+        if runs_trained:
+            self.entry.update(wall_seconds=time.time() - self._t0, cpu_seconds=self._cpu() - self._cpu0,
+                              runs_trained=runs_trained)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(self.path, self.entries() + [self.entry])
+        return self.summary()
+
+    def summary(self):
+        return summarize_provenance(self.entries())
+
+
+def summarize_provenance(entries):
+    """report.json's `provenance` from the invocations that trained (see Provenance)."""
+    if not entries:
+        return None
+    last = entries[-1]
+    return {"commit": last["commit"], "dirty": last["dirty"], "command": last["command"],
+            "hardware": last["hardware"], "wall_seconds": sum(e["wall_seconds"] for e in entries),
+            "cpu_seconds": sum(e["cpu_seconds"] for e in entries),
+            "runs_trained": sum(e["runs_trained"] for e in entries), "invocations": entries}
+
+
+def provenance_line(prov):
+    """report.md's header line of a report.json `provenance`."""
+    if not prov:
+        return "Provenance: not recorded."
+    h = prov["hardware"]
+    commit = (prov["commit"] or "unknown")[:10] + (" (dirty tree)" if prov.get("dirty") else "")
+    n = len(prov.get("invocations", [])) or 1
+    return (f"Provenance: commit {commit}; `{prov['command']}`; {hardware(h) if isinstance(h, dict) else h}; "
+            f"{prov['wall_seconds'] / 60:.1f} min wall, {prov['cpu_seconds'] / 60:.1f} min CPU"
+            + (f" over {n} invocations (resumed)" if n > 1 else "")
+            + (f". {prov['note']}" if prov.get("note") else "") + ".")
 
 
 def write_json(path, obj):
