@@ -354,9 +354,10 @@ def summarize_provenance(entries):
     if not entries:
         return None
     last = entries[-1]
+    cpu = [e.get("cpu_seconds") for e in entries]
     return {"commit": last["commit"], "dirty": last["dirty"], "command": last["command"],
             "hardware": last["hardware"], "wall_seconds": sum(e["wall_seconds"] for e in entries),
-            "cpu_seconds": sum(e["cpu_seconds"] for e in entries),
+            "cpu_seconds": None if None in cpu else sum(cpu),
             "runs_trained": sum(e["runs_trained"] for e in entries), "invocations": entries}
 
 
@@ -368,7 +369,8 @@ def provenance_line(prov):
     commit = (prov["commit"] or "unknown")[:10] + (" (dirty tree)" if prov.get("dirty") else "")
     n = len(prov.get("invocations", [])) or 1
     return (f"Provenance: commit {commit}; `{prov['command']}`; {hardware(h) if isinstance(h, dict) else h}; "
-            f"{prov['wall_seconds'] / 60:.1f} min wall, {prov['cpu_seconds'] / 60:.1f} min CPU"
+            f"{prov['wall_seconds'] / 60:.1f} min wall, "
+            + (f"{prov['cpu_seconds'] / 60:.1f} min CPU" if prov.get("cpu_seconds") is not None else "CPU time not recorded")
             + (f" over {n} invocations (resumed)" if n > 1 else "")
             + (f". {prov['note']}" if prov.get("note") else "") + ".")
 
