@@ -3,8 +3,9 @@ One compact GPT-2-style decoder, shared by every stage and every paper in this p
 GPT-2 (Radford et al. 2019) in the nanoGPT formulation, plus two hooks the papers need:
 a per-layer residual-scale buffer (ProRes, arXiv 2603.05369, writes it) and a choice of
 norm placement (Pre-LN, Post-LN, Sandwich, DeepNorm, LayerNorm-Scaling), a choice of
-initialisation (GPT-2's depth-scaled or the plain one of the ProRes authors' baselines), and a
-causal switch (the masked-diffusion baseline of arXiv 2606.06888 attends both ways).
+initialisation (GPT-2's depth-scaled one, the plain one of the ProRes authors' baselines, or
+DeepNet's Xavier/beta init for DeepNorm), and a causal switch (the masked-diffusion baseline of
+arXiv 2606.06888 attends both ways).
 
 It knows no training loop, corpus, ProRes or MIR; the only module of ours it uses is
 lm_loss.py, the fused chunked LM head + cross-entropy (a kernel, kept in its own file to be
@@ -23,7 +24,7 @@ from torch.nn import functional as F
 from lm_loss import linear_cross_entropy
 
 NORMS = ("pre", "post", "sandwich", "deepnorm", "lns", "lns-init")
-INITS = ("gpt2", "plain")
+INITS = ("gpt2", "plain", "deepnet")
 
 
 class LayerNorm(nn.Module):
@@ -81,12 +82,14 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One transformer layer. `alpha` is this layer's residual scale (a 0-dim tensor).
 
-    Where each placement puts the norm and the scale (PAPERS.md section 4):
+    Where each placement puts the norm and the scale (the placements the ProRes paper, arXiv
+    2603.05369, section 4, applies its warmup to; the authors' peft_pretraining/modeling_llama.py
+    of dandingsky/ProRes, LlamaDecoderLayer.forward, lines 331-508):
         pre       x = x + alpha * F(LN(x))                   (GPT-2; the default)
         post      x = LN(x + alpha * F(x))                   (original Transformer)
         sandwich  x = x + alpha * LN'(F(LN(x)))              (an extra norm on each branch output)
         deepnorm  x = LN(k * x + alpha * F(x)),  k = (2L)^(1/4)  (DeepNet, arXiv 2203.00555;
-                  with its init, see GPT._init_deepnorm)
+                  its own init is a separate choice, init="deepnet": GPT._init_deepnet)
         lns       x = x + alpha * F(LN(x) / sqrt(l))      LayerNorm-Scaling (arXiv 2502.05795):
                   the norm's output times a FIXED 1/sqrt(l), l = 1..L, on both block norms
         lns-init  pre-LN whose learnable norm weights START at 1/sqrt(l): the ProRes authors'
@@ -135,15 +138,16 @@ class GPTConfig:
     bias: bool = True      # biases in Linears and LayerNorms, like GPT-2
     tie_weights: bool = True  # LM head shares the token-embedding matrix, like GPT-2
     norm: str = "pre"      # one of NORMS
-    init: str = "gpt2"     # one of INITS: see GPT.__init__
+    init: str = "gpt2"     # one of INITS: see GPT._init_weights
     causal: bool = True    # False: every position attends to every other (masked diffusion)
     loss_impl: str = "fused"  # "fused": chunked head + CE (lm_loss.py); "standard": full logits
     head_dtype: str = ""   # fused head + loss precision: "" = the autocast dtype (fp32 without);
                            # "bfloat16" = bf16 even when the body runs in fp32 (see train.resolve_dtype)
 
 
-# Parameter groups, by name, for selective transfer (PAPERS.md section 1). The order matters:
-# the first pattern a name contains wins.
+# Parameter groups, by name, for selective transfer (transfer.py: the ladder paper, arXiv
+# 2604.21265, copies attention, feed-forward and normalisation weights between vocabularies).
+# The order matters: the first pattern a name contains wins.
 GROUPS = {
     "embed": ("transformer.wte.",),
     "pos": ("transformer.wpe.",),
@@ -170,6 +174,9 @@ class GPT(nn.Module):
             raise ValueError(f"unknown norm placement {config.norm!r}; choose one of {NORMS}")
         if config.init not in INITS:
             raise ValueError(f"unknown init {config.init!r}; choose one of {INITS}")
+        if config.init == "deepnet" and config.norm != "deepnorm":
+            raise ValueError(f"init 'deepnet' (DeepNet's Xavier/beta init) is only valid with norm 'deepnorm', "
+                             f"not norm {config.norm!r}; use init 'plain' or 'gpt2' with it")
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
@@ -185,19 +192,17 @@ class GPT(nn.Module):
         # ProRes writes it in place every step; a buffer (not a Python float) keeps
         # torch.compile from recompiling when the values change.
         self.register_buffer("residual_scale", torch.ones(config.n_layer))
-        # Initialisation. Both: every Linear and Embedding N(0, 0.02), biases 0.
-        #   gpt2   GPT-2: the projections into the residual stream (c_proj) N(0, 0.02/sqrt(2L)),
-        #          itself a depth stabiliser;
-        #   plain  nothing more: the ProRes authors' baselines (their `pre`; depth scaling is a
-        #          separate `scale_pre` option, modeling_llama.py:539-552 of dandingsky/ProRes).
-        # DeepNorm then overrides four matrices per block (_init_deepnorm), whichever is chosen.
+        # Initialisation (_init_weights says what each choice draws, and why).
         self.apply(self._init_weights)
+        if config.init in ("plain", "deepnet"):  # the ProRes authors' token embedding: 0.02 * sqrt(d)
+            with torch.no_grad():
+                self.transformer.wte.weight.mul_(math.sqrt(config.n_embd))
         if config.init == "gpt2":
             for pn, p in self.named_parameters():
                 if pn.endswith("c_proj.weight"):
                     torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-        if config.norm == "deepnorm":
-            self._init_deepnorm()
+        if config.init == "deepnet":
+            self._init_deepnet()
         if config.norm == "lns-init":
             for block in self.transformer.h:
                 for m in block.modules():
@@ -205,6 +210,24 @@ class GPT(nn.Module):
                         m.weight.data.fill_(block.lns_init)
 
     def _init_weights(self, module):
+        """The base draw of every init: each Linear and Embedding N(0, 0.02), biases 0. What each
+        init does on top:
+            gpt2     (GPT-2, nanoGPT) the projections into the residual stream (c_proj)
+                     N(0, 0.02 / sqrt(2L)), itself a depth stabiliser;
+            plain    the ProRes authors' baselines, their `pre`: no depth scaling (that is their
+                     separate `scale_pre` norm type, peft_pretraining/modeling_llama.py:274-276 and
+                     548-552 of dandingsky/ProRes), and the token embedding N(0, 0.02 * sqrt(d))
+                     (their LlamaPreTrainedModel._init_weights, `std * hidden_size ** 0.5`,
+                     modeling_llama.py:557-558): drawn at 0.02, then multiplied by sqrt(d);
+            deepnet  plain, then DeepNet's Xavier/beta init on four matrices per block
+                     (_init_deepnet): the authors' `deeppost` baseline (modeling_llama.py:161-164,
+                     193-198, 544-547; its embedding is drawn as their plain one).
+        Where ours differs from the authors', and why: their LM head is its own matrix at N(0, 0.02)
+        (LlamaForCausalLM, untied); ours is tied to the token embedding by default, so under plain
+        and deepnet the head starts at 0.02 * sqrt(d) too and the first logits have a std of about
+        0.02 * d (0.64 at d = 32) instead of 0.02 * sqrt(d); `tie_weights=False` (--no-tie) gives
+        their split (embedding 0.02 * sqrt(d), head 0.02). Their positions are rotary (no weights); ours are learned and keep GPT-2's
+        N(0, 0.02), the one draw with no counterpart to match."""
         if isinstance(module, nn.Linear):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
@@ -213,13 +236,16 @@ class GPT(nn.Module):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     @torch.no_grad()
-    def _init_deepnorm(self):
+    def _init_deepnet(self):
         """DeepNet's init (arXiv 2203.00555, Fig. 2; the ProRes authors' `deeppost`,
-        modeling_llama.py:161-198 and 544-547): Xavier-normal with gain beta = (8L)^(-1/4) on the
-        value projection, the attention output projection and both MLP matrices; Xavier-normal
-        with gain 1 on the query and key projections. Xavier-normal: std = gain *
-        sqrt(2 / (fan_in + fan_out)) for each (d_out, d_in) matrix, so the q, k and v slices of
-        the fused c_attn are initialised as the three (C, C) matrices they are."""
+        modeling_llama.py:161-164 and 193-198 mark the matrices, 544-547 draw them):
+        Xavier-normal with gain beta = (8L)^(-1/4) on the value projection, the attention output
+        projection and both MLP matrices; Xavier-normal with gain 1 on the query and key
+        projections. Xavier-normal: std = gain * sqrt(2 / (fan_in + fan_out)) for each
+        (d_out, d_in) matrix, so the q, k and v slices of the fused c_attn are initialised as the
+        three (C, C) matrices they are. As theirs, only the DeepNorm baseline gets it: their
+        `deeppost_prores` (DeepNorm + ProRes) runs on the plain init (the marks test
+        NORM_TYPE == 'deeppost' exactly), so an experiment passes init="deepnet" or "plain"."""
         beta = (8 * self.config.n_layer) ** -0.25
         C = self.config.n_embd
         for block in self.transformer.h:
@@ -269,7 +295,8 @@ class GPT(nn.Module):
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW with weight decay on the matrices of attention, MLP and an untied head only;
-        never on embeddings, norms or biases (PAPERS.md section 3: the strong-decay baseline)."""
+        never on embeddings, norms or biases (the strong-decay baseline of the data-constrained
+        paper, arXiv 2606.06888, whose decay skips embeddings, norms and biases)."""
         decay, no_decay = [], []
         seen = set()
         for name, p in self.named_parameters():  # a tied head appears once, as wte

@@ -111,7 +111,7 @@ def test_deepnorm_init_is_xavier_with_the_deepnet_gain():
     """DeepNet: Xavier-normal, gain (8L)^(-1/4) on v, attn out, both MLP matrices; gain 1 on q, k."""
     L, C = 6, 64
     torch.manual_seed(0)
-    m = GPT(GPTConfig(block_size=8, vocab_size=50, n_layer=L, n_head=4, n_embd=C, norm="deepnorm"))
+    m = GPT(GPTConfig(block_size=8, vocab_size=50, n_layer=L, n_head=4, n_embd=C, norm="deepnorm", init="deepnet"))
     beta = (8 * L) ** -0.25
     xavier = lambda fan_in, fan_out, gain: gain * math.sqrt(2.0 / (fan_in + fan_out))
     stds = {"q": [], "k": [], "v": [], "o": [], "fc": [], "proj": []}
@@ -139,6 +139,33 @@ def test_plain_init_leaves_residual_projections_at_0_02():
     assert proj(gpt2).std().item() == pytest.approx(0.02 / math.sqrt(24), rel=0.03)
     with pytest.raises(ValueError, match="init"):
         GPT(GPTConfig(init="xavier", **cfg))
+
+
+def test_deepnorm_runs_with_whatever_init_says_and_deepnet_needs_deepnorm():
+    """The ProRes authors' arms: `deeppost` on DeepNet's init, `deeppost_prores` on the plain one."""
+    torch.manual_seed(0)
+    cfg = dict(block_size=8, vocab_size=50, n_layer=6, n_head=4, n_embd=64, norm="deepnorm")
+    v = lambda m: torch.cat([b.attn.c_attn.weight[128:].flatten() for b in m.transformer.h])  # the v rows
+    plain, deepnet = GPT(GPTConfig(init="plain", **cfg)), GPT(GPTConfig(init="deepnet", **cfg))
+    assert v(plain).std().item() == pytest.approx(0.02, rel=0.03)
+    assert v(deepnet).std().item() == pytest.approx((8 * 6) ** -0.25 * math.sqrt(2 / 128), rel=0.03)
+    for norm in ("pre", "post", "lns"):
+        with pytest.raises(ValueError, match=f"init 'deepnet'.*norm 'deepnorm'.*norm '{norm}'"):
+            GPT(GPTConfig(**{**cfg, "norm": norm}, init="deepnet"))
+
+
+@pytest.mark.parametrize("init, tie", [("gpt2", True), ("plain", True), ("plain", False), ("deepnet", False)])
+def test_token_embedding_std_follows_the_init(init, tie):
+    """gpt2: N(0, 0.02); plain and deepnet: N(0, 0.02 sqrt(d)), the ProRes authors' embedding; an
+    untied head stays at 0.02 (theirs), a tied one is the embedding; positions stay at 0.02."""
+    torch.manual_seed(0)
+    d = 64
+    m = GPT(GPTConfig(block_size=256, vocab_size=3000, n_layer=2, n_head=4, n_embd=d, init=init, tie_weights=tie,
+                      norm="deepnorm" if init == "deepnet" else "pre"))
+    want = 0.02 if init == "gpt2" else 0.02 * math.sqrt(d)
+    assert m.transformer.wte.weight.std().item() == pytest.approx(want, rel=0.02)
+    assert m.lm_head.weight.std().item() == pytest.approx(want if tie else 0.02, rel=0.02)
+    assert m.transformer.wpe.weight.std().item() == pytest.approx(0.02, rel=0.03)
 
 
 def test_non_causal_switch_lets_a_position_see_later_tokens():
