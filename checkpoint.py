@@ -9,9 +9,7 @@ weights_only=True, checked against the model and the flags before anything is re
 
 import json
 import os
-import pickle
 import re
-import zipfile
 from pathlib import Path
 
 import torch
@@ -42,7 +40,7 @@ def read_checkpoint(path, flag, map_location="cpu"):
                         "(OUT/stage<i>-<name>.pt or OUT/ckpt.pt)")
     try:
         ck = load_checkpoint(path, map_location)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as e:
+    except Exception as e:  # a legacy pickle of any content fails in any of many ways (KeyError, IndexError, ...)
         raise UserError(f"{flag} {path}: not a readable PyTorch checkpoint ({type(e).__name__}); give a "
                         "checkpoint written by train.py (OUT/stage<i>-<name>.pt or OUT/ckpt.pt)") from None
     if not isinstance(ck, dict) or not isinstance(ck.get("model"), dict):

@@ -207,11 +207,25 @@ def check_args(p, args):
         except ValueError as e:
             p.error(str(e))
     for flag in ("iters", "epochs", "tokens", "unique_tokens", "batch_size", "grad_accum", "n_layer",
-                 "n_head", "n_embd", "block_size", "eval_interval", "eval_iters", "log_interval",
-                 "procedural_sequences", "task_train", "task_test", "math_problems", "music_chunks", "patience"):
+                 "n_head", "n_embd", "block_size", "eval_interval", "eval_iters", "log_interval", "poetry_lines",
+                 "procedural_sequences", "task_train", "task_test", "math_problems", "music_chunks", "patience",
+                 "synthetic_tokens"):
         v = getattr(args, flag)
         if v is not None and v <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive, got {v:g}")
+    for flag in ("lr", "min_lr", "weight_decay", "grad_clip", "mir_lambda", "mir_keep_first", "warmup_iters",
+                 "threads"):
+        v = getattr(args, flag)
+        if v < 0:
+            p.error(f"--{flag.replace('_', '-')} must be zero or more, got {v:g}")
+    for flag, hi in (("dropout", "1 (exclusive)"), ("beta1", "1 (exclusive)"), ("beta2", "1 (exclusive)"),
+                     ("decay_frac", "1")):
+        v = getattr(args, flag)
+        if not (0 <= v < 1 or (flag == "decay_frac" and v == 1)):
+            p.error(f"--{flag.replace('_', '-')} must be between 0 and {hi}, got {v:g}")
+    if args.mir and args.mir_keep_first >= args.block_size:
+        p.error(f"--mir-keep-first {args.mir_keep_first} keeps every position of a --block-size {args.block_size} "
+                "row unmasked, so MIR would mask nothing; give a value below the block size")
     if args.n_embd % args.n_head:
         p.error(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
     for flag in ("transfer", "freeze"):

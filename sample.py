@@ -14,20 +14,15 @@ from pathlib import Path
 import torch
 
 import diffusion
+import checkpoint
 from checkpoint import read_checkpoint
 from data.common import UserError
-from model import GPT, GPTConfig
 from flags import ArgumentParser
 
 
 def load_model(path, device="cpu", flag="checkpoint"):
-    ck = read_checkpoint(path, flag, map_location=device)
-    if "model_config" not in ck:
-        raise UserError(f"{flag} {path}: has no model_config (a merged or foreign checkpoint?); give a "
-                        "stage checkpoint written by train.py")
-    model = GPT(GPTConfig(**ck["model_config"]))
-    model.load_state_dict(ck["model"])
-    return model.to(device).eval(), ck
+    """(model in eval mode, checkpoint) of a checkpoint the user named (`flag` says where)."""
+    return checkpoint.load_model(read_checkpoint(path, flag, map_location=device), device)
 
 
 def real_vocab(ck):

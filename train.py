@@ -17,11 +17,11 @@ import math
 import os
 import sys
 import time
+import signal
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import NamedTuple
+from typing import Any, NamedTuple, Optional, Protocol
 
 import torch
 import torch.distributed as dist
@@ -33,7 +33,7 @@ import mir
 import prores
 import transfer
 from batches import get_batch, load_corpus, row_generators, stage_iters, task_accuracy, unigram_perplexity
-from checkpoint import (check_resume_args, load_checkpoint, load_state_checked, read_checkpoint,  # noqa: F401
+from checkpoint import (check_resume_args, load_model, load_state_checked, model_config, read_checkpoint,
                         save_checkpoint, stage_file, trim_metrics)
 from data.common import UserError, atomic_write_bytes
 from flags import parse_args
@@ -65,6 +65,27 @@ def lr_at(it, iters, args):
 
 # ---------------------------------------------------------------------------------------------
 # objectives: what the loop optimises; each is one object with loss() and eval_loss()
+
+class Objective(Protocol):
+    """What the loop asks of an objective (NextToken below, mir.MIR, diffusion.MDLM):
+
+    name              recorded in each stage's summary ("ar", "mir", "mdlm")
+    extra_tokens      vocabulary rows it adds after the corpus's ([MASK]: 1)
+    causal            whether the model attends causally (MDLM: False, bidirectional)
+    needs_generators  whether loss() draws per-row randomness from `generators` (row_generators:
+                      one torch.Generator per row, so masks do not depend on how a batch is split)
+    loss(model, x, y, loss_mask, generators) -> scalar training loss (differentiable)
+    eval_loss(model, x, y, loss_mask, key)   -> scalar evaluation loss, deterministic given key
+    """
+    name: str
+    extra_tokens: int
+    causal: bool
+    needs_generators: bool
+
+    def loss(self, model, x, y, loss_mask, generators): ...
+
+    def eval_loss(self, model, x, y, loss_mask, key): ...
+
 
 class NextToken:
     """Plain next-token prediction: the mean cross-entropy of y given x (causal)."""
@@ -193,6 +214,26 @@ class Env(NamedTuple):
         return self.rank == 0
 
 
+RUN_FILES = ("ckpt.pt", "summary.json", "metrics.jsonl", "loss.png", "stage*.pt")
+
+
+def check_out_folder(args, out):
+    """A run never mixes with another: --out must be a folder that holds no other run's files,
+    unless --resume continues the run whose checkpoint is there."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; give a folder for the run's files")
+    found = sorted({f.name for pattern in RUN_FILES for f in out.glob(pattern)}) if out.is_dir() else []
+    if not found:
+        return
+    if not args.resume:
+        raise UserError(f"--out {out} holds another run's files ({', '.join(found[:4])}"
+                        f"{', ...' if len(found) > 4 else ''}); continue that run with --resume, or give a fresh "
+                        f"--out (e.g. --out {out}-2)")
+    if "ckpt.pt" not in found and ({"summary.json"} & set(found) or any(f.startswith("stage") for f in found)):
+        raise UserError(f"--resume: {out} holds a run's files ({', '.join(found[:4])}) but no ckpt.pt to continue "
+                        "from; give a fresh --out for a new run")
+
+
 def open_run(args, out, stages, env):
     """(resume checkpoint or None, stage summaries so far, the weights the next stage starts
     from): --resume checks that the checkpoint is a run of these stages and flags."""
@@ -203,39 +244,102 @@ def open_run(args, out, stages, env):
             raise UserError(f"--resume: {ckpt_path} is a run of stages {resume['stages']}, not {stages}; "
                             "use another --out or the same --stages")
         check_resume_args(resume.get("args", {}), args, ckpt_path)
-    if args.resume and resume is None and env.master:
-        print(f"--resume: no checkpoint at {ckpt_path}; starting from scratch")
+    if env.master and args.resume:
+        if resume is None:
+            print(f"--resume: no checkpoint at {ckpt_path}; starting from scratch")
+        elif resume["stage_index"] >= len(stages):
+            print(f"--resume: the run in {out} has finished all {len(stages)} stages; nothing to train")
+        else:
+            print(f"resumed at step {resume['iter']} of stage {resume['stage_index'] + 1}/{len(stages)} "
+                  f"({stages[resume['stage_index']]}) from {ckpt_path}")
     if env.master:
         trim_metrics(out / "metrics.jsonl", resume)
     prev = read_checkpoint(args.init_from, "--init-from") if args.init_from else None
     if resume is not None and resume["stage_index"] > 0:
-        prev = load_checkpoint(stage_file(out, resume["stage_index"] - 1, stages[resume["stage_index"] - 1]))
+        prev = read_checkpoint(stage_file(out, resume["stage_index"] - 1, stages[resume["stage_index"] - 1]),
+                               "--resume")
     return resume, list(resume["summaries"]) if resume else [], prev
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C in the training loop, after the step in flight finished and was checkpointed."""
+
+
+class CtrlC:
+    """Turns the first Ctrl-C during training into a request the loop honours between steps
+    (checkpoint, then Interrupted), so an interrupted run resumes exactly; a second Ctrl-C
+    stops at once. Single process only: under torchrun the ranks would not agree on the step."""
+
+    def __init__(self, active):
+        self.active, self.asked, self._old = active, False, None
+
+    def _handler(self, signum, frame):
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+        print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to stop at once)",
+              file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        if self.active:
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            signal.signal(signal.SIGINT, self._old)
+
+
+@dataclass
+class Stage:
+    """One stage of the curriculum as the loop trains it (built by setup_stage)."""
+    name: str
+    index: int                # position in --stages
+    corpus: Any               # data.Corpus
+    objective: Objective
+    model: GPT                # the stage's own model (state_dict, eval, checkpoints)
+    fwd: Any                  # what the training step calls: model, compiled and/or DDP-wrapped
+    cfg: GPTConfig
+    dtype: str                # autocast dtype name ("float32": none)
+    amp: Any                  # the autocast context (nullcontext in fp32)
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    params: list              # trainable parameters (clipped together)
+    seq_len: int              # tokens of context per training row (record length - 1 for record corpora)
+    iters: int                # optimizer steps of the stage
+    tokens_per_iter: int      # global tokens per step (all processes, all micro-batches)
+    prores_hook: Optional[prores.ProRes] = None  # alpha(l, t) writer, with --prores
+    start_iter: int = 0       # 0, or the resumed checkpoint's step
+    plateau: dict = field(default_factory=lambda: {"best": float("inf"), "bad_evals": 0, "stopped_at": None})
 
 
 def setup_stage(args, env, si, name, prev, resume, prores_T_run):
     """Everything a stage trains with: corpus, objective, model (with the previous stage's
     weights), autocast, optimizer, scaler, budget, ProRes hook, and where it starts (step 0, or
     the resumed checkpoint's step, optimizer and RNG)."""
-    S = SimpleNamespace(name=name, si=si)
     if env.world > 1 and not env.master:  # rank 0 prepares the corpus first; the others then read the cache
         dist.barrier()
-    S.corpus = load_corpus(name, args)
+    corpus = load_corpus(name, args)
     if env.world > 1 and env.master:
         dist.barrier()
-    S.objective = make_objective(args, S.corpus.vocab_size)
+    objective = make_objective(args, corpus.vocab_size)
+    seq_len = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
+    check_step_fits(args, corpus, seq_len, objective)
     torch.manual_seed(args.seed + si)
-    S.model, S.cfg, S.dtype = build_model(args, S.corpus, S.objective, prev, env.device, env.master)
-    S.model.to(env.device)
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[S.dtype]
-    S.amp = nullcontext() if ptdtype == torch.float32 else torch.autocast(env.device.type, dtype=ptdtype)
-    S.optimizer = S.model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), env.device.type)
-    S.scaler = torch.amp.GradScaler(env.device.type, enabled=ptdtype == torch.float16)
-    S.params = [p for p in S.model.parameters() if p.requires_grad]
-    S.T = S.corpus.info["seq_len"] - 1 if S.corpus.info.get("seq_len") else args.block_size
-    S.iters = stage_iters(args, S.corpus, args.batch_size * args.grad_accum * env.world)
-    S.tokens_per_iter = args.batch_size * args.grad_accum * env.world * S.T
-    S.it0, S.plateau = 0, {"best": float("inf"), "bad_evals": 0, "stopped_at": None}  # --patience
+    model, cfg, dtype = build_model(args, corpus, objective, prev, env.device, env.master)
+    model.to(env.device)
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    fwd = torch.compile(model) if args.compile else model
+    if env.world > 1:
+        fwd = DDP(fwd, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
+    iters = stage_iters(args, corpus, args.batch_size * args.grad_accum * env.world)
+    S = Stage(name=name, index=si, corpus=corpus, objective=objective, model=model, fwd=fwd, cfg=cfg, dtype=dtype,
+              amp=nullcontext() if ptdtype == torch.float32 else torch.autocast(env.device.type, dtype=ptdtype),
+              optimizer=model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2),
+                                                   env.device.type),
+              scaler=torch.amp.GradScaler(env.device.type, enabled=ptdtype == torch.float16),
+              params=[p for p in model.parameters() if p.requires_grad], seq_len=seq_len, iters=iters,
+              tokens_per_iter=args.batch_size * args.grad_accum * env.world * seq_len)
     if resume is not None and si == resume["stage_index"] and resume["iter"] > 0:
         load_state_checked(S.model, resume["model"])
         S.optimizer.load_state_dict(resume["optimizer"])
@@ -243,26 +347,54 @@ def setup_stage(args, env, si, name, prev, resume, prores_T_run):
         torch.set_rng_state(resume["rng"])
         if env.device.type == "cuda" and resume.get("cuda_rng"):
             torch.cuda.set_rng_state_all(resume["cuda_rng"])
-        S.it0, S.plateau = resume["iter"], resume.get("plateau", S.plateau)
+        S.start_iter, S.plateau = resume["iter"], resume.get("plateau", S.plateau)
         if S.plateau["stopped_at"]:  # killed after --patience ended the stage: do not train on
-            S.it0 = S.iters
-    S.hook = None
+            S.start_iter = S.iters
     if args.prores:
         T = args.prores_T if args.prores_T != "auto" else prores_T_run or max(1, round(S.iters / (2 * args.n_layer)))
-        S.hook = prores.ProRes(S.model, T, args.prores_schedule)
-    S.fwd = torch.compile(S.model) if args.compile else S.model
-    if env.world > 1:
-        S.fwd = DDP(S.fwd, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
+        S.prores_hook = prores.ProRes(S.model, T, args.prores_schedule)
     return S
+
+
+def step_memory_bytes(args, seq_len):
+    """A lower bound on the memory one micro-batch's forward + backward holds: the activations a
+    transformer block saves for backward, ~20 floats per token per width unit (qkv, attention
+    output, the 4x MLP, norms, residuals), for every layer, in fp32."""
+    return 4 * args.batch_size * seq_len * args.n_embd * (20 * args.n_layer + 4)
+
+
+def check_step_fits(args, corpus, seq_len, objective):
+    """Refuse a step that cannot run here (instead of a hang or an out-of-memory kill)."""
+    need = step_memory_bytes(args, seq_len)
+    have = available_memory_bytes()
+    if have and need > have:
+        raise UserError(f"stage {corpus.name!r}: a step of --batch-size {args.batch_size} x --block-size {seq_len} "
+                        f"x --n-layer {args.n_layer} x --n-embd {args.n_embd} needs at least {need / 2**30:.1f} GiB "
+                        f"of activations, more than the {have / 2**30:.1f} GiB available; lower --block-size or "
+                        "--batch-size (--grad-accum keeps the tokens per step)")
+    if args.mir and args.mir_keep_first >= seq_len:
+        raise UserError(f"--mir-keep-first {args.mir_keep_first} keeps every position of stage {corpus.name!r}'s "
+                        f"{seq_len}-token rows unmasked, so MIR would mask nothing; give a value below {seq_len}")
+
+
+def available_memory_bytes():
+    """MemAvailable of /proc/meminfo (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def train_step(S, args, env, it):
     """One optimizer update: grad_accum micro-batches through the objective (one call), the
     mean loss over processes, clipping, AdamW. Returns (loss, grad norm before clipping)."""
     loss_sum = torch.zeros((), device=env.device)
-    key = [args.seed, S.si, it]
+    key = [args.seed, S.index, it]
     for micro in range(args.grad_accum):
-        x, y, m = get_batch(S.corpus, "train", args.batch_size, S.T, key, env.rank, env.world, env.device,
+        x, y, m = get_batch(S.corpus, "train", args.batch_size, S.seq_len, key, env.rank, env.world, env.device,
                             micro, args.grad_accum)
         first = (micro * env.world + env.rank) * args.batch_size  # this micro-batch's first global row
         gens = row_generators(key, first, args.batch_size) if getattr(S.objective, "needs_generators", True) else None
@@ -301,7 +433,7 @@ def evaluate(S, args, env):
         for k in range(env.rank, args.eval_iters, env.world):  # eval batches are shared out
             # the same windows at every evaluation, and for every --seed (chosen by --data-seed)
             x, y, m = get_batch(S.corpus, split, args.batch_size, args.block_size,
-                                [args.data_seed, 1_000_003, S.si, k, split == "val"], 0, 1, env.device)
+                                [args.data_seed, 1_000_003, S.index, k, split == "val"], 0, 1, env.device)
             with S.amp:
                 total += S.objective.eval_loss(S.model, x, y, m, k).item()
         res[split] = all_mean(total, env.world, env.device) * env.world / args.eval_iters
@@ -319,6 +451,7 @@ def run(args):
     env = Env(rank, world, local_rank, device)
     out = Path(args.out)
     if env.master:
+        check_out_folder(args, out)
         out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -328,7 +461,7 @@ def run(args):
     if args.prores and args.prores_scope == "run" and args.prores_T == "auto":
         total = sum(stage_iters(args, load_corpus(n, args), args.batch_size * args.grad_accum * world) for n in stages)
         prores_T_run = max(1, round(total / (2 * args.n_layer)))
-    t_start = time.time()
+    t_start, seconds_before = time.time(), (resume or {}).get("seconds", 0.0)  # earlier parts of a resumed run
     log = open(out / "metrics.jsonl", "a") if env.master else None
 
     def emit(**event):
@@ -343,9 +476,11 @@ def run(args):
                 "scaler": S.scaler.state_dict(), "rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else [],
                 "stage_index": stage_index, "stage": S.name, "iter": it, "stages": stages,
-                "summaries": summaries, "plateau": S.plateau, "model_config": asdict(S.cfg), "args": vars(args)})
+                "summaries": summaries, "plateau": S.plateau, "model_config": model_config(S.cfg),
+                "args": vars(args), "seconds": seconds_before + time.time() - t_start})
 
     S = None
+    ctrl_c = CtrlC(active=world == 1)
     for si, name in enumerate(stages):
         if resume is not None and si < resume["stage_index"]:
             continue
@@ -360,38 +495,44 @@ def run(args):
                   f"{' (head ' + S.cfg.head_dtype + ')' if S.cfg.head_dtype else ''}")
         S.model.train()
         last_eval, t0 = None, time.time()
-        bar = tqdm(total=S.iters, initial=S.it0, desc=name, disable=not env.master or args.no_progress,
+        bar = tqdm(total=S.iters, initial=S.start_iter, desc=name, disable=not env.master or args.no_progress,
                    dynamic_ncols=True)
-        for it in range(S.it0, S.iters):  # the loop: lr, ProRes, one update, log, eval, checkpoint
-            lr = lr_at(it, S.iters, args)
-            for group in S.optimizer.param_groups:
-                group["lr"] = lr
-            if S.hook is not None:
-                S.hook.update(step_offset + it)  # alpha(l, t), t = updates done so far
-            loss, grad_norm = train_step(S, args, env, it)
-            done = it + 1
-            if not args.no_progress:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", refresh=False)
-            if done % args.log_interval == 0 or done == S.iters:
-                emit(event="train", stage=name, stage_index=si, iter=done, loss=loss, lr=lr, grad_norm=grad_norm,
-                     tok_s=S.tokens_per_iter * args.log_interval / max(time.time() - t0, 1e-9))
-                t0 = time.time()
-            if done % args.eval_interval == 0 or done == S.iters:
-                last_eval = evaluate(S, args, env)
-                emit(event="eval", stage=name, stage_index=si, iter=done,
-                     **{(k if k == "accuracy" else f"{k}_loss"): v for k, v in last_eval.items()})
-                p = S.plateau
-                p["bad_evals"] = 0 if last_eval["val"] < p["best"] else p["bad_evals"] + 1
-                p["best"] = min(p["best"], last_eval["val"])
-                if args.patience and p["bad_evals"] >= args.patience and done < S.iters:
-                    p["stopped_at"] = done
-                checkpoint(S, done, si)
-                if p["stopped_at"]:
-                    if env.master:
-                        print(f"\n{name}: no improvement in {args.patience} evaluations: stopped at step {done} "
-                              f"(best val loss {p['best']:.4f})")
-                    break
+        with ctrl_c:
+            for it in range(S.start_iter, S.iters):  # the loop: lr, ProRes, one update, log, eval, checkpoint
+                lr = lr_at(it, S.iters, args)
+                for group in S.optimizer.param_groups:
+                    group["lr"] = lr
+                if S.prores_hook is not None:
+                    S.prores_hook.update(step_offset + it)  # alpha(l, t), t = updates done so far
+                loss, grad_norm = train_step(S, args, env, it)
+                done = it + 1
+                if not args.no_progress:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", refresh=False)
+                if done % args.log_interval == 0 or done == S.iters:
+                    emit(event="train", stage=name, stage_index=si, iter=done, loss=loss, lr=lr, grad_norm=grad_norm,
+                         tok_s=S.tokens_per_iter * args.log_interval / max(time.time() - t0, 1e-9))
+                    t0 = time.time()
+                if done % args.eval_interval == 0 or done == S.iters:
+                    last_eval = evaluate(S, args, env)
+                    emit(event="eval", stage=name, stage_index=si, iter=done,
+                         **{(k if k == "accuracy" else f"{k}_loss"): v for k, v in last_eval.items()})
+                    p = S.plateau
+                    p["bad_evals"] = 0 if last_eval["val"] < p["best"] else p["bad_evals"] + 1
+                    p["best"] = min(p["best"], last_eval["val"])
+                    if args.patience and p["bad_evals"] >= args.patience and done < S.iters:
+                        p["stopped_at"] = done
+                    checkpoint(S, done, si)
+                    if p["stopped_at"]:
+                        if env.master:
+                            print(f"\n{name}: no improvement in {args.patience} evaluations: stopped at step {done} "
+                                  f"(best val loss {p['best']:.4f})")
+                        break
+                if ctrl_c.asked:  # the step is done: save it, then stop
+                    if done % args.eval_interval and done != S.iters:
+                        checkpoint(S, done, si)
+                    bar.close()
+                    raise Interrupted(f"step {done} of stage {si + 1}/{len(stages)} ({name})")
         bar.close()
         iters = S.plateau["stopped_at"] or S.iters
         if last_eval is None:  # a resumed stage that had already finished its steps
@@ -410,26 +551,25 @@ def run(args):
         summaries.append(summary)
         emit(event="stage_end", stage_index=si, **summary)
         prev = {"model": {k: v.detach().cpu() for k, v in S.model.state_dict().items()},
-                "model_config": asdict(S.cfg), "stage": name, "tokenizer": S.corpus.info.get("tokenizer"),
+                "model_config": model_config(S.cfg), "stage": name, "tokenizer": S.corpus.info.get("tokenizer"),
                 "vocab": S.corpus.vocab_size, "objective": S.objective.name,
                 "mask_id": S.corpus.vocab_size if S.objective.extra_tokens else None}
         if env.master:
             save_checkpoint(stage_file(out, si, name), prev)
+            print_table([summary])  # this stage's row, as it ends
         # one atomic write moves the run on: the next stage at step 0 (stage_index == number
         # of stages: the run is finished), with this stage's summary recorded
         checkpoint(S, 0, si + 1)
 
-    if S is None:  # --resume of a run that had already finished
-        ck = load_checkpoint(stage_file(out, len(stages) - 1, stages[-1]))
-        model = GPT(GPTConfig(**ck["model_config"]))
-    else:
-        model = S.model
+    model = S.model if S is not None else load_model(stage_file(out, len(stages) - 1, stages[-1]))[0]
     result = {"stages": summaries, "params": model.get_num_params(),
               "params_total": model.get_num_params(non_embedding=False),
-              "seconds": time.time() - t_start, "args": vars(args)}
+              "seconds": seconds_before + time.time() - t_start, "args": vars(args)}
     if env.master:
         atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())
-        print_table(summaries)
+        if len(summaries) > 1:
+            print("\nthe whole run:")
+            print_table(summaries)
         if not args.no_plot:
             plot_losses(out)
         log.close()
@@ -451,7 +591,8 @@ def print_table(summaries):
 
 
 def plot_losses(out):
-    """OUT/loss.png: train and val loss per stage against the global step."""
+    """OUT/loss.png: train and val loss per stage against the global step, with each stage's
+    unigram level (the log of its unigram perplexity: the loss of knowing token counts only)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -468,7 +609,13 @@ def plot_losses(out):
         c = colors[i % len(colors)]
         ax.plot([offset + k for k in sorted(tr)], [tr[k] for k in sorted(tr)], color=c, alpha=0.6, label=f"{name} train")
         ax.plot([offset + k for k in sorted(ev)], [ev[k] for k in sorted(ev)], "o-", color=c, label=f"{name} val")
-        offset += max(list(tr) + list(ev) + [0])
+        end = offset + max(list(tr) + list(ev) + [0])
+        uni = [e["unigram_val_ppl"] for e in events if e.get("event") == "stage_end" and e.get("stage_index") == si
+               and e.get("unigram_val_ppl")]
+        if uni:
+            ax.hlines(math.log(uni[-1]), offset, end, colors=c, linestyles="dashed", lw=1,
+                      label=f"{name} unigram level")
+        offset = end
         ax.axvline(offset, color="grey", lw=0.5)
     ax.set_xlabel("optimizer step (all stages)")
     ax.set_ylabel("cross-entropy (nats/token)")
@@ -488,9 +635,16 @@ def main(argv=None):
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; continue with the same command and --resume (checkpoint: {args.out}/ckpt.pt)",
-              file=sys.stderr)
+    except KeyboardInterrupt as e:
+        ckpt = Path(args.out) / "ckpt.pt"
+        if isinstance(e, Interrupted):
+            print(f"\ninterrupted after {e}; saved {ckpt}: continue with the same command and --resume",
+                  file=sys.stderr)
+        elif ckpt.exists():  # (an --out with another run's files is refused before anything starts)
+            print(f"\ninterrupted; the last checkpoint is {ckpt}: continue with the same command and --resume",
+                  file=sys.stderr)
+        else:
+            print("\ninterrupted before the first step: nothing was saved", file=sys.stderr)
         sys.exit(130)
 
 

@@ -24,6 +24,8 @@ def bad_files(tmp_path):
     for i in range(3):
         (junk / f"p{i}.mid").write_bytes(b"MThd" + bytes(range(40)) * 3)
     (tmp_path / "notckpt.pt").write_text("not a checkpoint")
+    (tmp_path / "hello.pt").write_text("hello world\n")  # a text file renamed .pt: a KeyError inside unpickling
+    (tmp_path / "afile").write_text("a file, not a folder")
     return tmp_path
 
 
@@ -44,6 +46,18 @@ TRAIN_CASES = [  # (argv, words the one line must contain)
     (["--stages", "task:adition"], ["adition", "addition"]),
     (["--stages", "text:{text}", "--unique-tokens", "1e12", "--iters", "1"], ["--unique-tokens", "training tokens"]),
     (["--stages", "task:haystack", "--block-size", "16", "--iters", "1"], ["--block-size >= 62"]),
+    (["--stages", "text:{text}", "--iters", "1", "--init-from", "{tmp}/hello.pt"], ["hello.pt", "not a readable"]),
+    (["--mir", "--mir-lambda", "-1"], ["--mir-lambda", "zero or more"]),
+    (["--mir", "--mir-keep-first", "-4"], ["--mir-keep-first", "zero or more"]),
+    (["--mir", "--mir-keep-first", "16"], ["--mir-keep-first 16", "mask nothing"]),
+    (["--stages", "text:{text}", "--iters", "1", "--out", "{tmp}/afile"], ["afile", "is a file"]),
+    (["--lr", "-1"], ["--lr", "zero or more"]),
+    (["--poetry-lines", "0"], ["--poetry-lines", "positive"]),
+    (["--poetry-lines", "-5"], ["--poetry-lines", "positive"]),
+    (["--dropout", "1.5"], ["--dropout", "between 0 and 1"]),
+    # a step that cannot fit in memory is refused before the model is built, not left to hang
+    (["--stages", "text:{text}", "--iters", "1", "--block-size", "100000", "--batch-size", "64", "--n-embd", "512",
+      "--n-head", "8", "--n-layer", "8"], ["GiB", "--block-size", "--batch-size"]),
 ]
 
 
@@ -73,6 +87,7 @@ SAMPLE_CASES = [
     (["{tmp}/nope.pt"], ["nope.pt", "no such file"]),
     (["{tmp}/notckpt.pt"], ["notckpt.pt", "not a readable"]),
     (["{tmp}/notckpt.pt", "--tokens", "0"], ["--tokens", "positive"]),
+    (["{tmp}/hello.pt"], ["hello.pt", "not a readable"]),
 ]
 
 

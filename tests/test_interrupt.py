@@ -1,0 +1,86 @@
+"""A run never mixes with another, and Ctrl-C never loses a step: train.main on a folder that
+holds another run's files, and SIGINT delivered in the middle of training."""
+import json
+import os
+import signal
+
+import pytest
+
+import train
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "2",
+        "--eval-iters", "1", "--eval-interval", "4", "--log-interval", "1", "--no-progress", "--no-plot",
+        "--threads", "1", "--dtype", "float32"]
+
+
+def files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_new_run_into_a_folder_of_another_run_is_refused(cache, text_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(["--stages", f"text:{text_dir}", "--iters", "2", "--out", str(out)] + TINY)
+    before = files(out)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:  # another curriculum into the same folder
+        train.main(["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "2", "--out", str(out)] + TINY)
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert e.value.code == 2 and len(err) == 1, err
+    assert "--resume" in err[0] and "fresh --out" in err[0] and "stage0-" in err[0]
+    assert files(out) == before  # nothing of the old run was touched
+
+
+def test_resume_without_a_checkpoint_beside_a_finished_run_is_refused(cache, text_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["--stages", f"text:{text_dir}", "--iters", "2", "--out", str(out)] + TINY
+    train.main(argv)
+    (out / "ckpt.pt").unlink()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.main(argv + ["--resume"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "no ckpt.pt" in err[0], err
+
+
+def interrupt_at(monkeypatch, step):
+    """Deliver SIGINT to this process while step `step` (0-based) of the first stage is computed."""
+    real = train.train_step
+
+    def step_then_ctrl_c(S, args, env, it):
+        if it == step:
+            os.kill(os.getpid(), signal.SIGINT)  # arrives mid-step: the handler only asks the loop to stop
+        return real(S, args, env, it)
+    monkeypatch.setattr(train, "train_step", step_then_ctrl_c)
+
+
+def test_ctrl_c_saves_the_step_and_resume_continues_exactly(cache, text_dir, tmp_path, capsys, monkeypatch):
+    argv = ["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "6"] + TINY
+    whole = train.run(train.parse_args(argv + ["--out", str(tmp_path / "whole")]))
+    out = tmp_path / "cut"
+    interrupt_at(monkeypatch, 2)  # step 3 of 6, between two evaluations (4 and 6)
+    with pytest.raises(SystemExit) as e:
+        train.main(argv + ["--out", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and "step 3 of stage 1/2" in err and "saved" in err and "--resume" in err, err
+    ck = train.read_checkpoint(out / "ckpt.pt", "test")
+    assert (ck["stage_index"], ck["iter"]) == (0, 3)
+    monkeypatch.undo()
+    resumed = train.run(train.parse_args(argv + ["--out", str(out), "--resume"]))
+    assert "resumed at step 3 of stage 1/2" in capsys.readouterr().out
+    assert [s["val_loss"] for s in resumed["stages"]] == [s["val_loss"] for s in whole["stages"]]
+    logged = [json.loads(l) for l in open(out / "metrics.jsonl")]
+    steps = [(e["stage_index"], e["iter"]) for e in logged if e["event"] == "train"]
+    assert steps == sorted(set(steps)) and len(steps) == 12  # every step once, none lost, none twice
+    assert resumed["seconds"] >= ck["seconds"]  # summary's seconds count the interrupted part too
+
+
+def test_ctrl_c_before_the_first_step_says_nothing_was_saved(cache, text_dir, tmp_path, capsys, monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train, "setup_stage", interrupted)
+    out = tmp_path / "early"
+    with pytest.raises(SystemExit) as e:
+        train.main(["--stages", f"text:{text_dir}", "--iters", "2", "--out", str(out)] + TINY)
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and "nothing was saved" in err and "--resume" not in err
+    assert not (out / "ckpt.pt").exists()
