@@ -1,6 +1,10 @@
 """
 ProRes: progressive residual warmup, the alpha(l, t) schedules and the hook that writes them.
-Chen et al., arXiv 2603.05369, eq. alpha(l, t) = min(t / (T * l), 1) (PAPERS.md section 4).
+Chen et al., arXiv 2603.05369, section 4: alpha(l, t) = min(t / (T * l), 1); T = 1000 steps per
+layer in the paper (500 for its 96-120-layer models). The authors' code (github.com/dandingsky/
+ProRes) computes the schedules in torchrun_main.py:361-417 (before the first update) and
+470-494 (after each update), and multiplies alpha into the branches in
+peft_pretraining/modeling_llama.py:419-497 (the `*_prores` norm types).
 
 Each block l = 1..L (1 = closest to the input) scales both of its residual branches by
 alpha(l, t), t = optimizer updates done so far (0 before the first update), e.g. Pre-LN:
@@ -16,6 +20,9 @@ its graph (the buffer is a graph input, its values are data, not constants).
         ...forward, backward, optimizer.step()
 
 Once every layer has reached its final value the hook stops touching the model (`done`).
+Every schedule, the fixed ones too, ends at alpha = 1: the authors switch the model back to its
+plain norm type once the warmup of P = T * L updates is over (torchrun_main.py:416-417 and 491-493,
+RESET_NORM_TYPE defaults to true), whatever the schedule held until then.
 """
 
 import math
@@ -31,8 +38,9 @@ SCHEDULES = WARMUPS + FIXED
 def _check(schedule, T):
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown ProRes schedule {schedule!r}; choose one of {SCHEDULES}")
-    if schedule in WARMUPS and not (T is not None and T > 0):
-        raise ValueError(f"ProRes schedule {schedule!r} needs T > 0 (steps per layer), got {T!r}")
+    if not (T is not None and T > 0):
+        raise ValueError(f"ProRes schedule {schedule!r} needs T > 0 (steps per layer; the warmup lasts T * L "
+                         f"steps, a fixed schedule is held that long), got {T!r}")
 
 
 def alpha(step, n_layer, T, schedule="linear"):
@@ -53,11 +61,15 @@ def alpha(step, n_layer, T, schedule="linear"):
                     with a_l = 1/L, 1/sqrt(L) or 1/sqrt(l) (the authors' stagewise_L,
                     stagewise_sqrt_L, stagewise_sqrt_l: torchrun_main.py:390-405 of
                     dandingsky/ProRes, whose window ends W_l = T * l are ours)
-        fixed-1/L        alpha(l, t) = 1 / L               constants: T is ignored
-        fixed-1/sqrt(L)  alpha(l, t) = 1 / sqrt(L)
-        fixed-1/sqrt(l)  alpha(l, t) = 1 / sqrt(l)
-    Every warmup schedule is 1 for every layer from t = T * L on (see `ramp_steps`), and 0 for
-    every layer at t = 0 except the stagewise schedules with a floor, which start at it.
+        fixed-1/L        alpha(l, t) = 1 / L        for t <= T * L, then 1
+        fixed-1/sqrt(L)  alpha(l, t) = 1 / sqrt(L)   for t <= T * L, then 1
+        fixed-1/sqrt(l)  alpha(l, t) = 1 / sqrt(l)   for t <= T * L, then 1
+                    (the authors' fix_L, fix_sqrt_L, fix_sqrt_l: set once, torchrun_main.py:406-412,
+                    left alone while update_step <= P = prores_warmup_steps (473, 488-489), then the
+                    model returns to its plain norm type, alpha = 1 (491-493))
+    Every warmup schedule is 1 for every layer from t = T * L on, every fixed one from the first
+    step after T * L (see `ramp_steps`); every warmup is 0 for every layer at t = 0 except the
+    stagewise schedules with a floor, which start at it.
     """
     _check(schedule, T)
     if step < 0:
@@ -81,6 +93,8 @@ def alpha(step, n_layer, T, schedule="linear"):
                  "stagewise-1/sqrt(L)": torch.full_like(l, 1.0 / math.sqrt(L)),
                  "stagewise-1/sqrt(l)": 1.0 / l.sqrt()}[schedule]
         a = torch.maximum(floor + (1 - floor) * (t - (l - 1) * T) / T, floor)
+    elif t > T * L:  # a fixed schedule after its hold: the plain model
+        a = torch.ones_like(l)
     elif schedule == "fixed-1/L":
         a = torch.full_like(l, 1.0 / L)
     elif schedule == "fixed-1/sqrt(L)":
@@ -91,11 +105,12 @@ def alpha(step, n_layer, T, schedule="linear"):
 
 
 def ramp_steps(n_layer, T, schedule="linear"):
-    """The first step at which every layer has its final value: ceil(T * L) for every warmup
+    """The first step at which every layer has its final value, 1: ceil(T * L) for every warmup
     schedule (the last layer to switch on, l = L for linear/sqrt/square/stagewise, l = 1 for
-    reverse, all of them for equal, needs T * L steps); 0 for the fixed schedules."""
+    reverse, all of them for equal, needs T * L steps); floor(T * L) + 1 for the fixed schedules,
+    the first step after their hold (t <= T * L, as the authors' `update_step <= P`)."""
     _check(schedule, T)
-    return 0 if schedule in FIXED else math.ceil(T * n_layer)
+    return math.floor(T * n_layer) + 1 if schedule in FIXED else math.ceil(T * n_layer)
 
 
 def unwrap(model):
@@ -130,8 +145,8 @@ class ProRes:
 
     @property
     def done(self):
-        """True once the buffer holds its final values (all ones after a warmup; the constants
-        after the first write of a fixed schedule): from then on `update` does nothing."""
+        """True once the buffer holds its final values, all ones (after the warmup, or after a
+        fixed schedule's hold): from then on `update` does nothing."""
         return self._done
 
     @torch.no_grad()
