@@ -80,12 +80,14 @@ def _model_flags(p):
     g.add_argument("--no-bias", action="store_true", help="no biases in Linear layers and LayerNorms")
     g.add_argument("--no-tie", action="store_true", help="untie the LM head from the token embedding")
     g.add_argument("--norm", default="pre", choices=NORMS,
-                   help="norm placement: pre (GPT-2), post, sandwich, deepnorm (with DeepNet's init), lns "
+                   help="norm placement: pre (GPT-2), post, sandwich, deepnorm (DeepNet's residual; its init is "
+                        "--init deepnet), lns "
                         "(LayerNorm-Scaling: norm output x fixed 1/sqrt(l)), lns-init (the ProRes authors' "
                         "variant: learnable norm weights that start at 1/sqrt(l))")
     g.add_argument("--init", default="gpt2", choices=INITS,
                    help="gpt2: N(0, 0.02) with the residual projections at 0.02/sqrt(2L) (default); plain: "
-                        "N(0, 0.02) everywhere, the ProRes authors' baselines")
+                        "N(0, 0.02) for the matrices, the token embedding at 0.02*sqrt(d), as the ProRes authors' "
+                        "baselines; deepnet: DeepNet's Xavier init scaled by beta (only with --norm deepnorm)")
 
 
 def _objective_flags(p):
@@ -226,6 +228,8 @@ def check_args(p, args):
     if args.mir and args.mir_keep_first >= args.block_size:
         p.error(f"--mir-keep-first {args.mir_keep_first} keeps every position of a --block-size {args.block_size} "
                 "row unmasked, so MIR would mask nothing; give a value below the block size")
+    if args.init == "deepnet" and args.norm != "deepnorm":
+        p.error(f"--init deepnet is DeepNet's init for --norm deepnorm, not --norm {args.norm}")
     if args.n_embd % args.n_head:
         p.error(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
     for flag in ("transfer", "freeze"):
