@@ -1,7 +1,8 @@
 """
 The ladder paper's table: music -> poetry -> prose against random init and its controls, over seeds and widths.
 arXiv 2604.21265 ("Listen and Chant Before You Read"): music then poetry before prose lowers prose perplexity
-(349.0 ladder vs 373.2 music only vs 423.0 random init, p < 0.001; 26% lower after the first prose epoch).
+(349.0 ladder vs 373.2 music only vs 423.0 random init, p < 0.001); music alone is 26% lower after the first
+prose epoch and 11.8% after convergence.
 
     python experiments/ladder.py --quick           # smoke version, a few minutes: every condition, d16, 2 seeds
     python experiments/ladder.py                   # the default (see DEFAULT below; ~55 min on 2 quiet cores)
@@ -9,6 +10,7 @@ arXiv 2604.21265 ("Listen and Chant Before You Read"): music then poetry before 
     python experiments/ladder.py --paper --plan    # the GPU preset (WikiText-103, MAESTRO), printed, not run
     python experiments/ladder.py --plan            # any of the above: list the runs and estimated time only
     python experiments/ladder.py --report-only     # rebuild report.md / report.json / PNGs from finished runs
+    python experiments/ladder.py --report-only --out experiments/results/ladder   # from report.json alone
 
 Conditions (--conditions; the baseline each compares with is added automatically):
   random                  prose only (the baseline)
@@ -94,27 +96,9 @@ from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import common  # noqa: E402
 from experiments.lib.common import Run  # noqa: E402
+from experiments.lib.ladder_conditions import (BASELINE, CONDITIONS, ladder_steps,  # noqa: E402,F401
+                                               steps_per_epoch)
 
-# condition -> (pre-training run key or None, prose run key, --transfer for the prose run, budget kind)
-CONDITIONS = {
-    "random": (None, "random", None, "epochs"),
-    "music": ("musicL", "musicL", None, "epochs"),
-    "ladder": ("ladder", "ladder", None, "epochs"),
-    "poetry": ("poetry", "poetry", None, "epochs"),
-    "synthetic": ("synth-ladder", "synth-ladder", None, "epochs"),
-    "compute-matched": (None, "matched", None, "matched"),
-    "volume-small": ("musicS", "musicS", None, "epochs"),
-    "volume-large": ("musicL", "musicL", None, "epochs"),
-    "volume-small-synthetic": ("synthS", "synthS", None, "epochs"),
-    "volume-large-synthetic": ("synthL", "synthL", None, "epochs"),
-    "ablation-attn": ("musicL", "musicL-attn", "attn", "epochs"),
-    "ablation-mlp": ("musicL", "musicL-mlp", "mlp", "epochs"),
-    "ablation-norm": ("musicL", "musicL-norm", "norm", "epochs"),
-    "ablation-embed": ("ladder", "ladder-fresh-embed", "attn,mlp,norm,pos", "epochs"),
-    "long-random": (None, "long-random", None, "long"),
-    "long-ladder": ("ladder", "long-ladder", None, "long"),
-}
-BASELINE = {"long-random": "long-random", "long-ladder": "long-random"}  # else "random"
 # pre-training run key -> (stage flag, music chunks as a multiple of N or None, --init-from run key, steps flag)
 PRETRAIN = {
     "musicL": ("music_stage", 3, None, "music_steps"),
@@ -144,7 +128,6 @@ SETTINGS = dict(batch_size=8, block_size=128, n_layer=4, n_head=4, lr=3e-3, warm
 CPU_S_PER_KTOK = {"text": {16: 0.17, 32: 0.19, 64: 0.30}, "music": {16: 0.024, 32: 0.033, 64: 0.043}}
 EVAL_FRACTION = 0.5      # an evaluation token (train + val splits, no backward) relative to a training token
 RUN_OVERHEAD_S = 4.0     # corpus memory-mapping, model build, checkpoints, per run (CPU seconds)
-APPROX_TRAIN_TOKENS = {"wikitext103": 124_000_000, "wikitext2": 2_400_000, "wiki-leads": 990_088}
 
 
 def parse_args(argv=None):
@@ -227,35 +210,6 @@ def parse_args(argv=None):
 
 # ---------------------------------------------------------------------------------------------
 # the plan: which runs, with which flags, in which wave
-
-def steps_per_epoch(a):
-    """(prose steps per epoch, the unique prose tokens U or None for the whole corpus)."""
-    per_step = a.batch_size * a.block_size
-    if a.prose_tokens:
-        spe = max(1, round(a.prose_tokens / per_step))
-        return spe, spe * per_step
-    if getattr(a, "_prose_train_tokens", None) is None:
-        a._prose_train_tokens = prose_train_tokens(a)
-    return -(-a._prose_train_tokens // per_step), None
-
-
-def prose_train_tokens(a):
-    """Training tokens of the whole prose corpus: loaded (prepared first if need be, as train.py would) when
-    training; --plan only approximates it (WikiText-103 is a download), unless the stage is text:PATH."""
-    if a.plan and a.prose_stage == "prose":
-        n = APPROX_TRAIN_TOKENS.get(a.prose, APPROX_TRAIN_TOKENS["wiki-leads"])
-        print(f"note: --plan assumes ~{n:,} training tokens in {a.prose} (the whole corpus is used)")
-        return n
-    import data
-    try:
-        return len(data.load(a.prose_stage, prose=a.prose, block_size=a.block_size).train)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(f"prose stage {a.prose_stage!r}: {e}") from None
-
-
-def ladder_steps(a):
-    return a.music_steps + a.poetry_steps + a.prose_epochs * steps_per_epoch(a)[0]
-
 
 def common_argv(a, width, seed):
     argv = ["--n-layer", a.n_layer, "--n-head", a.n_head, "--n-embd", width, "--block-size", a.block_size,
@@ -398,7 +352,9 @@ def check_music_chunks(a, runs):
 
 
 def run_waves(a, runs):
+    """Train every wave in turn; returns how many runs were trained now."""
     waves = sorted({r.meta["wave"] for r in runs.values()})
+    trained = 0
     for wave in waves:
         rs = sorted((r for r in runs.values() if r.meta["wave"] == wave), key=lambda r: -r.meta["cpu_s"])
         print(f"\n== wave {wave}/{len(waves)}: {len(rs)} runs (~{sum(r.meta['cpu_s'] for r in rs) / 60:.0f} CPU-min)",
@@ -406,28 +362,34 @@ def run_waves(a, runs):
         blocked = [r for r in rs if any((a.out / "runs" / d / "diverged.json").exists() for d in r.meta["deps"])]
         if blocked:  # a divergence is a finding (the report lists it), not a reason to stop the sweep
             print(f"skipped {len(blocked)} run(s) whose pre-training diverged: {[r.name for r in blocked]}")
-        common.run_sweep([r for r in rs if r not in blocked], jobs=a.jobs, threads=a.threads)
+        trained += len(common.run_sweep([r for r in rs if r not in blocked], jobs=a.jobs, threads=a.threads))
+    return trained
 
 
 def main(argv=None):
-    a = parse_args(argv)
-    runs = plan(a)
-    if a.plan:
-        print_plan(a, runs)
-        return
-    a.out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    wall = None
-    if not a.report_only:
-        print_plan(a, runs)
-        check_music_chunks(a, runs)
-        run_waves(a, runs)
-        wall = time.time() - t0
     from experiments.lib import ladder_report
-    text = ladder_report.write_all(a, runs, wall)
+    a = parse_args(argv)
+    t0 = time.time()
+    if a.plan:
+        print_plan(a, plan(a))
+        return
+    if a.report_only and ladder_report.stored_only(a.out):  # a copy of a report without its run folders
+        print(f"no run folders in {a.out}: rebuilding from its report.json (the flags it was made with)")
+        text = ladder_report.rebuild(a.out)
+    else:
+        runs = plan(a)
+        a.out.mkdir(parents=True, exist_ok=True)
+        if a.report_only:
+            provenance = ladder_report.stored_provenance(a.out)
+        else:
+            prov = common.Provenance(a.out, argv)
+            print_plan(a, runs)
+            check_music_chunks(a, runs)
+            provenance = prov.finish(runs_trained=run_waves(a, runs))
+        data, details = ladder_report.collect(a, runs, {cell: chain(a, *cell) for cell in cells(a)})
+        text = ladder_report.render(a, data, details, a.out, provenance)
     print("\n" + text)
-    print(f"\nwrote {a.out / 'report.md'}, report.json, details.json, curves.png, width.png, ablation.png "
-          f"({time.time() - t0:.0f} s in all)")
+    print(f"\nwrote {a.out / 'report.md'}, report.json, details.json and the PNGs ({time.time() - t0:.0f} s in all)")
 
 
 if __name__ == "__main__":

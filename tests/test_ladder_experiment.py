@@ -10,6 +10,7 @@ from scipy import stats
 import train
 from conftest import write_paragraphs
 from experiments import ladder
+from experiments.lib import common
 
 RUN_KEYS = {"condition": str, "width": int, "seed": int, "ppl_first_epoch": float, "ppl_final": float,
             "steps": int, "tokens": int, "seconds": float}
@@ -58,7 +59,12 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     argv = tiny_argv(tmp_path, text_dir, out, "--conditions", "music,ladder,compute-matched,ablation-embed,long-ladder")
     ladder.main(argv)
     rep = json.loads((out / "report.json").read_text())
-    assert set(rep) == {"runs", "table"}
+    assert set(rep) == {"source", "regime", "figures", "verdicts", "provenance", "prose_unigram_ppl", "settings",
+                        "facts", "runs", "table", "comparisons", "missing"}
+    assert rep["provenance"]["runs_trained"] == len(ladder.plan(ladder.parse_args(argv)))
+    assert rep["prose_unigram_ppl"] > 1 and rep["missing"] == []
+    for v in rep["verdicts"]:  # the results page's contract
+        assert set(v) == {"claim", "paper", "ours", "test", "verdict"} and v["verdict"] in common.VERDICTS
     for r in rep["runs"]:
         assert set(r) == set(RUN_KEYS)
         assert all(isinstance(r[k], t) for k, t in RUN_KEYS.items()), r
@@ -86,8 +92,7 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     events = [json.loads(l) for l in open(out / "runs" / "prose-random-d8-s0" / "metrics.jsonl")]
     first = [e["val_loss"] for e in events if e.get("event") == "eval" and e["iter"] == 8]
     assert by("random", "ppl_first_epoch")[0] == pytest.approx(math.exp(first[0]))
-    details = json.loads((out / "details.json").read_text())
-    lc = [c for c in details["comparisons"] if c["x"] == "ladder" and c["y"] == "compute-matched"]
+    lc = [c for c in rep["comparisons"] if c["x"] == "ladder" and c["y"] == "compute-matched"]
     assert {c["metric"] for c in lc} == {"ppl_first_epoch", "ppl_final"}
     for c in lc:
         assert c["p"] == pytest.approx(stats.ttest_ind(by("ladder", c["metric"]), by("compute-matched", c["metric"]),
@@ -95,7 +100,8 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     for f in ("report.md", "curves.png", "width.png", "ablation.png"):
         assert (out / f).stat().st_size > 0
     md = (out / "report.md").read_text()
-    assert "423.0" in md and "| ladder | 8 |" in md and "cores, torch" in md
+    assert "423.0" in md and "| ladder | 8 |" in md and "cores, torch" in md and "Provenance: commit" in md
+    assert "no clear difference (p = " in md and "n = 2/2" in md  # n = 2 is never an effect
     # rerunning skips every finished run; --report-only trains nothing and rebuilds the same table
     stamp = (out / "runs" / "prose-ladder-d8-s1" / "summary.json").stat().st_mtime_ns
     capsys.readouterr()
@@ -103,7 +109,8 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     assert "already finished (skipped)" in capsys.readouterr().out
     ladder.main(argv + ["--report-only"])
     assert (out / "runs" / "prose-ladder-d8-s1" / "summary.json").stat().st_mtime_ns == stamp
-    assert json.loads((out / "report.json").read_text())["table"] == rep["table"]
+    again = json.loads((out / "report.json").read_text())
+    assert again["table"] == rep["table"] and again["provenance"] == rep["provenance"]
 
 
 def test_plan_and_presets_train_nothing(tmp_path, capsys):

@@ -1,116 +1,73 @@
 """
-The ladder experiment's analysis and report (experiments/ladder.py runs the sweep): per-run numbers from the
-finished runs, the table (mean +- std, improvement over the baseline, Welch's p), report.md with the paper's
-numbers beside ours, report.json, details.json and the PNGs.
-arXiv 2604.21265: prose perplexity 349.0 (ladder) vs 373.2 (music only) vs 423.0 (random init).
+The ladder experiment's analysis and report (experiments/ladder.py runs the sweep).
+arXiv 2604.21265 ("Listen and Chant Before You Read"): prose perplexity 349.0 (ladder) vs 373.2
+(music only) vs 423.0 (random init); music alone 26% lower after the first prose epoch.
 
-report.json is exactly {"runs": [...], "table": [...]} (the issue's shape): every number of the table
-follows from `runs` (mean, sample std, n, improvement = 1 - mean / mean of the baseline at the same width,
-p = scipy.stats.ttest_ind(equal_var=False) against the baseline's runs). Everything else (settings, curves
-per epoch, the other comparisons, run chains) is in details.json.
+    data, details = collect(a, runs, chains)        # finished runs -> records (+ per-epoch curves)
+    render(a, data, details, out, provenance)       # records -> report.md, report.json, details.json, PNGs
+    rebuild(out)                                    # report.json (+ details.json) -> the same files
+
+Every number of report.json follows from its `runs` (one record per condition, width and seed):
+the table (mean, sample std, n, improvement = 1 - mean / mean of the baseline at the same width,
+Welch p against the baseline's runs), the comparisons and the verdicts; every sentence that calls
+a difference an effect comes from common.compare / common.reading (clear only when Welch p < 0.05
+with at least 3 runs on each side). details.json keeps what only the run folders know (each run's
+chain and per-epoch curve). Without the run folders (`--report-only --out experiments/results/ladder`)
+the records come back from report.json and the curves from details.json; curves.png is left as it
+is when details.json is absent.
 """
 
+import argparse
 import json
 import math
-import time
 
-from experiments.lib.common import write_text as common_write_text  # noqa: E402
 from experiments.lib import common
-from experiments.ladder import BASELINE, CONDITIONS, cells, chain
+from experiments.lib.ladder_conditions import baseline, is_long, ladder_steps, steps_per_epoch
 
 METRICS = ("ppl_first_epoch", "ppl_final")
+SOURCE = {"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"}
+FIGURES = ["width.png", "curves.png", "ablation.png"]
 CLAIM = ("music then poetry before prose lowers prose perplexity: 349.0 (ladder) vs 373.2 (music only) vs 423.0 "
-         "(random init), p < 0.001, 26% lower after the first epoch; the advantage persists at convergence; a "
-         "compute-matched prose-only control stays 5.0% behind the ladder (arXiv 2604.21265)")
-# the paper's numbers (PAPERS.md section 1; 5 seeds, WikiText-103, MAESTRO, d in {16, 32, 64})
+         "(random init), p < 0.001; music alone is 26% lower after the first prose epoch and 11.8% after "
+         "convergence; the advantage persists at the plateau (5.5% at d = 64, p = 0.017); a compute-matched "
+         "prose-only control stays 5.0% behind the ladder")
+# the paper's number for each condition (section "Results": 5 seeds, WikiText-103, MAESTRO, d in {16, 32, 64})
 PAPER = {
-    "random": "final 423.0",
-    "music": "final 373.2 (11.8% below random)",
-    "ladder": "final 349.0 (17.5% below random, p < 0.001); first epoch 26% below random",
+    "random": "423.0 at convergence",
+    "music": "26% below random after the first epoch; 373.2 at convergence (11.8% below)",
+    "ladder": "349.0 at convergence (17.5% below random, p < 0.001; 6.5% below music only)",
     "compute-matched": "5.0% behind the ladder",
     "volume-small": "vs 36k real: d16 12k better by 3.1%; d32 36k better by 3.3%; d64 36k better by 6.1%",
-    "volume-small-synthetic": "-",
     "volume-large-synthetic": "d16: 12k real beat 36k synthetic",
     "ablation-attn": "music helps attention/FFN",
     "ablation-mlp": "music helps attention/FFN",
     "ablation-embed": "poetry helps the embeddings; effects additive",
-    "long-ladder": "at the plateau 5.5% below random at d64 (p = 0.017; 11.8% also quoted)",
+    "long-ladder": "5.5% below long-random at the plateau, d64 (p = 0.017)",
 }
-
-
-def baseline(c):
-    return BASELINE.get(c, "random")
-
-
-# ---------------------------------------------------------------------------------------------
-# numbers from the runs
-
-def read_record(a, c, w, s):
-    """One result (the issue's run record) and its details, or (None, why) when unfinished/diverged."""
-    runs = chain(a, c, w, s)
-    for r in runs:
-        if (r.folder / "diverged.json").exists():
-            return None, f"diverged ({r.name})"
-        if not (r.folder / "summary.json").exists():
-            return None, "not run"
-    sums = [common.read_summary(r.folder) for r in runs]
-    prose, spe = sums[-1]["stages"][0], runs[-1].meta["spe"]
-    evals = sorted((e["iter"], e["val_loss"]) for e in common.read_events(runs[-1].folder, "eval")
-                   if e.get("stage_index") == 0)
-    first = [v for it, v in evals if it == spe]
-    final = prose["best_val_loss"] if CONDITIONS[c][3] == "long" else prose["val_loss"]
-    rec = {"condition": c, "width": w, "seed": s,
-           "ppl_first_epoch": math.exp(first[0]) if first else float("nan"), "ppl_final": math.exp(final),
-           "steps": sum(st["iters"] for sm in sums for st in sm["stages"]),
-           "tokens": sum(st["tokens"] for sm in sums for st in sm["stages"]),
-           "seconds": round(sum(sm["seconds"] for sm in sums), 1)}
-    det = {"chain": [r.name for r in runs], "prose_steps": prose["iters"], "steps_per_epoch": spe,
-           "prose_unique_tokens": prose["unique_tokens"], "stopped_early": prose["stopped_early"],
-           "unigram_val_ppl": prose.get("unigram_val_ppl"),
-           "curve": [[it / spe, math.exp(v)] for it, v in evals]}
-    return rec, det
-
-
-def collect(a):
-    records, details, missing = [], {}, []
-    for c, w, s in cells(a):
-        rec, det = read_record(a, c, w, s)
-        if rec is None:
-            missing.append((c, w, s, det))
-            continue
-        records.append(rec)
-        details[f"{c}/d{w}/s{s}"] = det
-    return records, details, missing
-
-
-def values(records, c, w, metric):
-    return [r[metric] for r in records if r["condition"] == c and r["width"] == w]
-
-
-def table(a, records):
-    rows = []
-    for c in a.conditions:
-        for w in sorted({r["width"] for r in records if r["condition"] == c}):
-            for metric in METRICS:
-                xs, base = values(records, c, w, metric), values(records, baseline(c), w, metric)
-                m, sd, n = common.mean_std(xs)
-                bm = common.mean_std(base)[0]
-                rows.append({"condition": c, "width": w, "metric": metric, "mean": m, "std": sd, "n": n,
-                             "improvement_vs_random": (1 - m / bm) if base and math.isfinite(bm) else None,
-                             "p_vs_random": None if c == baseline(c) else common.welch_p(xs, base)})
-    return rows
-
-
-def compare(records, x, y, w, metric="ppl_final"):
-    """x against y at width w: gain = 1 - mean(x) / mean(y) (> 0: x has the lower perplexity), Welch p."""
-    a, b = values(records, x, w, metric), values(records, y, w, metric)
-    if not a or not b:
-        return None
-    ma, mb = common.mean_std(a)[0], common.mean_std(b)[0]
-    return {"x": x, "y": y, "width": w, "metric": metric, "mean_x": ma, "mean_y": mb, "n_x": len(a),
-            "n_y": len(b), "gain": 1 - ma / mb, "p": common.welch_p(a, b)}
-
-
+# the paper's claims as our conditions test them: (claim, the paper's number, [(x, y), ...] compared on metric,
+# the widths the claim is about (None: every width) and, per width, whether the paper has x better than y)
+CLAIMS = [
+    ("music -> prose: lower perplexity after the first prose epoch", "26% below random init",
+     [("music", "random")], "ppl_first_epoch", None, {}),
+    ("music -> prose: lower perplexity at the end", "373.2 vs 423.0 (11.8% below random init), after convergence",
+     [("music", "random")], "ppl_final", None, {}),
+    ("the ladder (music -> poetry -> prose): lower perplexity at the end",
+     "349.0 vs 423.0 (17.5% below random init), p < 0.001", [("ladder", "random")], "ppl_final", None, {}),
+    ("poetry adds to music", "349.0 vs 373.2 (6.5% below music only)", [("ladder", "music")], "ppl_final", None, {}),
+    ("a compute-matched prose-only control stays behind the ladder", "the control 5.0% behind the ladder",
+     [("ladder", "compute-matched")], "ppl_final", None, {}),
+    ("the advantage persists at the plateau", "5.5% below random init at d = 64 (p = 0.017)",
+     [("long-ladder", "long-random")], "ppl_final", None, {}),
+    ("more music data helps the wider models (3N = 36k vs N = 12k chunks)",
+     "d16: 12k better by 3.1%; d32: 36k better by 3.3%; d64: 36k better by 6.1%",
+     [("volume-large", "volume-small")], "ppl_final", None, {16: False}),
+    ("real music beats synthetic music", "d16: 12k real chunks beat 36k synthetic ones",
+     [("volume-small", "volume-large-synthetic")], "ppl_final", [16], {}),
+    ("music helps through attention and the MLP", "music helps attention / FFN",
+     [("ablation-attn", "random"), ("ablation-mlp", "random")], "ppl_final", None, {}),
+    ("poetry helps through the token embeddings", "poetry calibrates the embeddings",
+     [("ladder", "ablation-embed")], "ppl_final", None, {}),
+]
 COMPARISONS = [  # (x, y, what it tests)
     ("ladder", "compute-matched", "the ladder against prose-only for the same number of optimizer steps"),
     ("ladder", "music", "what poetry adds after music"),
@@ -127,12 +84,128 @@ COMPARISONS = [  # (x, y, what it tests)
     ("ladder", "ablation-embed", "the poetry-trained embeddings (ladder against the ladder with them re-initialised)"),
     ("long-ladder", "long-random", "at the plateau (best validation perplexity, --patience)"),
 ]
+INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan")  # how a report was made, not what it measured
+
+
+# ---------------------------------------------------------------------------------------------
+# collect: the finished runs -> records
+
+def read_record(a, c, w, s, runs):
+    """One result (condition c, width w, seed s) from the runs of its chain, first to last, and its
+    details; or (None, why) when a run is unfinished or diverged."""
+    for r in runs:
+        if (r.folder / "diverged.json").exists():
+            return None, f"diverged ({r.name})"
+        if not (r.folder / "summary.json").exists():
+            return None, "not run"
+    sums = [common.read_summary(r.folder) for r in runs]
+    prose, spe = sums[-1]["stages"][0], runs[-1].meta["spe"]
+    evals = sorted((e["iter"], e["val_loss"]) for e in common.read_events(runs[-1].folder, "eval")
+                   if e.get("stage_index") == 0)
+    first = [v for it, v in evals if it == spe]
+    final = prose["best_val_loss"] if is_long(c) else prose["val_loss"]
+    rec = {"condition": c, "width": w, "seed": s,
+           "ppl_first_epoch": math.exp(first[0]) if first else float("nan"), "ppl_final": math.exp(final),
+           "steps": sum(st["iters"] for sm in sums for st in sm["stages"]),
+           "tokens": sum(st["tokens"] for sm in sums for st in sm["stages"]),
+           "seconds": round(sum(sm["seconds"] for sm in sums), 1)}
+    det = {"chain": [r.name for r in runs], "prose_steps": prose["iters"], "steps_per_epoch": spe,
+           "prose_unique_tokens": prose["unique_tokens"], "stopped_early": prose["stopped_early"],
+           "unigram_val_ppl": prose.get("unigram_val_ppl"),
+           "curve": [[it / spe, math.exp(v)] for it, v in evals]}
+    return rec, det
+
+
+def collect(a, runs, chains):
+    """(data, details) of a sweep: runs = {name: Run} of the plan, chains = {(condition, width, seed):
+    the runs of that result, first to last}. data holds the records, the missing results, the facts
+    of the sweep and the prose unigram perplexity (the same subset for every prose run)."""
+    records, details, missing = [], {}, []
+    for (c, w, s), chain_runs in chains.items():
+        rec, det = read_record(a, c, w, s, chain_runs)
+        if rec is None:
+            missing.append([c, w, s, det])
+            continue
+        records.append(rec)
+        details[f"{c}/d{w}/s{s}"] = det
+    finished = [r for r in runs.values() if (r.folder / "summary.json").exists()]
+    spe, unique = steps_per_epoch(a)
+    facts = {"n_runs": len(finished), "train_min": sum(common.read_summary(r.folder)["seconds"] for r in finished) / 60,
+             "spe": spe, "ladder_steps": ladder_steps(a),
+             "prose_desc": (f"the first {unique:,} training tokens of {a.prose_stage}"
+                            + (f" ({a.prose})" if a.prose_stage == "prose" else "")) if unique else
+                           f"the whole {a.prose_stage} training split ({a.prose})"}
+    uni = {d["unigram_val_ppl"] for d in details.values() if d.get("unigram_val_ppl") is not None}
+    return {"runs": records, "missing": missing, "facts": facts,
+            "prose_unigram_ppl": uni.pop() if len(uni) == 1 else None}, details
+
+
+def stored_only(out):
+    """True when OUT holds a report.json but no run folders (a committed copy of a report)."""
+    return (out / "report.json").exists() and not (out / "runs").exists()
+
+
+def stored_provenance(out):
+    """The provenance of a report rebuilt without training: the invocations OUT/provenance.json
+    records, else the one an existing report.json keeps (never the rebuild's own time or machine)."""
+    if (out / "provenance.json").exists():
+        return common.summarize_provenance(json.loads((out / "provenance.json").read_text()))
+    if (out / "report.json").exists():
+        return json.loads((out / "report.json").read_text()).get("provenance")
+    return None
+
+
+def rebuild(out):
+    """report.md, report.json (and details.json, the PNGs) again from OUT/report.json alone: the
+    flags, records and provenance it keeps; the per-epoch curves from details.json if it is there."""
+    rep = json.loads((out / "report.json").read_text())
+    a = argparse.Namespace(**rep["settings"])
+    path = out / "details.json"
+    details = json.loads(path.read_text())["runs"] if path.exists() else None
+    data = {k: rep[k] for k in ("runs", "missing", "facts", "prose_unigram_ppl")}
+    return render(a, data, details, out, rep.get("provenance"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the numbers: table, comparisons, verdicts (all from the records)
+
+def values(records, c, w, metric):
+    return [r[metric] for r in records if r["condition"] == c and r["width"] == w]
+
+
+def widths_of(records, c=None):
+    return sorted({r["width"] for r in records if c is None or r["condition"] == c})
+
+
+def table(a, records):
+    rows = []
+    for c in a.conditions:
+        for w in widths_of(records, c):
+            for metric in METRICS:
+                xs, base = values(records, c, w, metric), values(records, baseline(c), w, metric)
+                m, sd, n = common.mean_std(xs)
+                bm = common.mean_std(base)[0]
+                rows.append({"condition": c, "width": w, "metric": metric, "mean": m, "std": sd, "n": n,
+                             "improvement_vs_random": (1 - m / bm) if base and math.isfinite(bm) else None,
+                             "p_vs_random": None if c == baseline(c) else common.welch_p(xs, base)})
+    return rows
+
+
+def compare(records, x, y, w, metric="ppl_final"):
+    """x against y at width w by the reading rule (common.compare; lower perplexity is better), with
+    the means and gain = 1 - mean(x) / mean(y) (> 0: x has the lower perplexity); None without runs."""
+    xs, ys = values(records, x, w, metric), values(records, y, w, metric)
+    if not xs or not ys:
+        return None
+    c = common.compare(xs, ys)
+    mx, my = common.mean_std(xs)[0], common.mean_std(ys)[0]
+    return {"x": x, "y": y, "width": w, "metric": metric, "mean_x": mx, "mean_y": my, "gain": 1 - mx / my, **c}
 
 
 def comparisons(a, records):
     out = []
     for x, y, what in COMPARISONS:
-        for w in sorted({r["width"] for r in records}):
+        for w in widths_of(records):
             for metric in METRICS:
                 c = compare(records, x, y, w, metric)
                 if c:
@@ -140,12 +213,80 @@ def comparisons(a, records):
     return out
 
 
+def change(c):
+    """The change of x against y in % of y (negative: x has the lower perplexity)."""
+    return "-" if c is None else f"{-100 * c['gain'] + 0.0:+.1f}%"  # + 0.0: no "-0.0%"
+
+
+def says(c):
+    """What the reading rule allows about one comparison: 'lower by 15.6% (p = 0.002, n = 3/3)'."""
+    return common.reading(c, "lower", "higher", amount=f"by {abs(100 * c['gain']):.1f}%")
+
+
+def combined(verdicts):
+    """One verdict from the cells of a claim: theirs if they agree, 'partly' if they do not."""
+    kinds = set(verdicts)
+    return "not measured" if not kinds else kinds.pop() if len(kinds) == 1 else "partly"
+
+
+def claim_cells(records, pairs, metric, widths, direction):
+    """[(label, comparison, verdict)] of one claim: every (x, y) pair at every width both were run at."""
+    cells = []
+    for x, y in pairs:
+        for w in widths_of(records):
+            c = compare(records, x, y, w, metric) if widths is None or w in widths else None
+            if c:
+                label = (f"{x} d{w}" if len(pairs) > 1 else f"d{w}")
+                cells.append((label, c, common.verdict_of(c, paper_direction_better=direction.get(w, True))))
+    return cells
+
+
+def fmt_ppl(records, c):
+    return common.fmt_mean_std(values(records, c["x"], c["width"], c["metric"]), "{:.1f}")
+
+
+def verdicts(records):
+    """report.json's `verdicts`: one entry per claim of the paper, each cell of it tested by Welch's t-test."""
+    out = []
+    for claim, paper, pairs, metric, widths, direction in CLAIMS:
+        cells = claim_cells(records, pairs, metric, widths, direction)
+        if not cells:
+            out.append({"claim": claim, "paper": paper, "ours": "not in this run", "test": "not tested",
+                        "verdict": "not measured"})
+            continue
+        v = combined([vd for _, _, vd in cells])
+        ours = "; ".join(f"{label} {fmt_ppl(records, c)} vs "
+                         f"{common.fmt_mean_std(values(records, c['y'], c['width'], metric), '{:.1f}')} ({change(c)})"
+                         for label, c, _ in cells)
+        if v == "partly":
+            ours += " (" + ", ".join(f"{label}: {vd}" for label, _, vd in cells) + ")"
+        ns = {common.fmt_n(c) for _, c, _ in cells}
+        test = ("Welch " + ", ".join(f"{label} {common.fmt_p(c['p'])}" for label, c, _ in cells)
+                + (f"; {ns.pop()} each" if len(ns) == 1 else "; " + ", ".join(common.fmt_n(c) for _, c, _ in cells)))
+        out.append({"claim": claim, "paper": paper, "ours": ours, "test": test, "verdict": v})
+    return out
+
+
+def unigram_note(records, unigram):
+    """Where random init stands after the first prose epoch against the prose unigram perplexity."""
+    if unigram is None:
+        return "The prose unigram perplexity is not in the records (older runs), so the first-epoch gains are not " \
+               "set against it."
+    cells = [(w, common.mean_std(values(records, "random", w, "ppl_first_epoch"))[0]) for w in widths_of(records, "random")]
+    above = [f"d{w} {m:.1f}" for w, m in cells if m > unigram]
+    below = [f"d{w} {m:.1f}" for w, m in cells if m <= unigram]
+    text = f"The prose unigram perplexity (token frequencies alone) is {unigram:.1f}. "
+    if above:
+        text += (f"Random init after the first prose epoch is still above it ({', '.join(above)}): it has not yet "
+                 "learnt the token frequencies, so part of a first-epoch gain there is a head start on them")
+        text += f"; below it: {', '.join(below)}." if below else "."
+    else:
+        text += f"Random init after the first prose epoch is below it at every width ({', '.join(below)})."
+    return text
+
+
 # ---------------------------------------------------------------------------------------------
 # report.md
-
-def fmt_p(p):
-    return "-" if p is None else f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
-
 
 def fmt_pct(x):
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}%"
@@ -155,104 +296,98 @@ def ppl(records, c, w, metric):
     return common.fmt_mean_std(values(records, c, w, metric), "{:.1f}")
 
 
-def results_table(a, records, rows):
-    idx = {(r["condition"], r["width"], r["metric"]): r for r in rows}
-    lines = ["| condition | d | ppl first epoch | ppl final | vs baseline: first / final | p first / final | n | paper |",
-             "|---|---|---|---|---|---|---|---|"]
+def results_table(a, records):
+    lines = ["| condition | d | ppl first epoch | ppl final | change vs baseline: first / final | first epoch "
+             "| final | n | paper |", "|---|---|---|---|---|---|---|---|---|"]
     for c in a.conditions:
-        for w in sorted({r["width"] for r in records if r["condition"] == c}):
-            f, z = idx[(c, w, "ppl_first_epoch")], idx[(c, w, "ppl_final")]
+        for w in widths_of(records, c):
+            cf, cz = (compare(records, c, baseline(c), w, m) for m in METRICS)
+            read = (lambda x: "(baseline)") if c == baseline(c) else (lambda x: says(x) if x else "-")
             lines.append(f"| {c} | {w} | {ppl(records, c, w, 'ppl_first_epoch')} | {ppl(records, c, w, 'ppl_final')} | "
-                         f"{fmt_pct(f['improvement_vs_random'])} / {fmt_pct(z['improvement_vs_random'])} | "
-                         f"{fmt_p(f['p_vs_random'])} / {fmt_p(z['p_vs_random'])} | {z['n']} | {PAPER.get(c, '-')} |")
+                         f"{change(cf)} / {change(cz)} | {read(cf)} | {read(cz)} | {len(values(records, c, w, 'ppl_final'))} "
+                         f"| {PAPER.get(c, '-')} |")
     return lines
 
 
 def comparison_lines(comps):
-    lines = ["| x | y | d | metric | x | y | gain of x (1 - x/y) | p (Welch) | what it tests |",
+    lines = ["| x | y | d | metric | x | y | change of x | reading | what it tests |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in comps:
         lines.append(f"| {c['x']} | {c['y']} | {c['width']} | {c['metric']} | {c['mean_x']:.1f} | {c['mean_y']:.1f} | "
-                     f"{fmt_pct(c['gain'])} | {fmt_p(c['p'])} | {c['what']} |")
+                     f"{change(c)} | {says(c)} | {c['what']} |")
     return lines
 
 
-def verdict(a, records, comps):
-    """Plain sentences: what our numbers say about each of the paper's claims."""
-    def say(x, y, metric, claim):
-        out = []
-        for c in comps:
-            if c["x"] == x and c["y"] == y and c["metric"] == metric:
-                sig = "" if c["p"] is None else " (p = " + fmt_p(c["p"]) + (", significant at 0.05)" if c["p"] < 0.05
-                                                                             else ", not significant at 0.05)")
-                out.append(f"- {claim}, d{c['width']}: {x} {c['mean_x']:.1f} vs {y} {c['mean_y']:.1f}, "
-                           f"{'lower' if c['gain'] > 0 else 'higher'} by {abs(100 * c['gain']):.1f}%{sig}.")
-        return out
-    lines = []  # ladder vs random, first epoch and final: from the records (it is in the table, not COMPARISONS)
-    for w in sorted({r["width"] for r in records}):
-        for metric, paper in (("ppl_first_epoch", "paper: 26% lower"), ("ppl_final", "paper: 17.5% lower")):
-            c = compare(records, "ladder", "random", w, metric)
-            if c:
-                lines.append(f"- Ladder vs random, {metric}, d{w} ({paper}): {c['mean_x']:.1f} vs {c['mean_y']:.1f}, "
-                             f"{fmt_pct(-c['gain'])} (p = {fmt_p(c['p'])}).")
-    lines += say("music", "random", "ppl_final", "Music only vs random (paper: -11.8%)")
-    lines += say("ladder", "music", "ppl_final", "Ladder vs music only (paper: 349.0 vs 373.2, -6.5%)")
-    lines += say("ladder", "compute-matched", "ppl_final", "Ladder vs compute-matched (paper: the control 5.0% behind)")
-    lines += say("volume-large", "volume-small", "ppl_final",
-                 "3N vs N real chunks (paper: -3.1% / +3.3% / +6.1% gain of 3N at d16/32/64)")
-    lines += say("long-ladder", "long-random", "ppl_final", "Long run at the plateau (paper: 5.5% at d64, p = 0.017)")
-    return lines
+def claim_lines(records, verdict_list, unigram):
+    lines = ["| claim | paper | ours | test | verdict |", "|---|---|---|---|---|"]
+    lines += [f"| {v['claim']} | {v['paper']} | {v['ours']} | {v['test']} | {v['verdict']} |" for v in verdict_list]
+    lines += ["", "Cell by cell (a difference is clear only when Welch's p < 0.05 with at least 3 runs on each side; "
+              "perplexity, lower is better):", ""]
+    for claim, paper, pairs, metric, widths, direction in CLAIMS:
+        for _, c, _ in claim_cells(records, pairs, metric, widths, direction):
+            lines.append(f"- {claim} ({c['x']} vs {c['y']}, {metric}), d{c['width']}: {c['mean_x']:.1f} vs "
+                         f"{c['mean_y']:.1f}, {says(c)}.")
+    return lines + ["", unigram_note(records, unigram)]
 
 
-def write_markdown(a, records, rows, comps, missing, facts):
-    n_runs = facts["n_runs"]
+def regime(a, data, provenance):
+    """report.json's `regime`: our scale and budget, and what differs from the paper's."""
+    f = data["facts"]
+    music = ("score-derived MIDI of the offline music21 corpus (Bach, Monteverdi, Haydn, Mozart)" if not a.music_dir
+             else f"--music-dir {a.music_dir}")
+    where = ""
+    if provenance:
+        h = provenance["hardware"]
+        where = (f" {provenance['wall_seconds'] / 60:.1f} min wall on "
+                 f"{common.hardware(h) if isinstance(h, dict) else h}.")
+    return (f"{a.n_layer}-layer GPTs at d = {', '.join(map(str, a.widths))}, {a.seeds} seeds; prose = "
+            f"{f['prose_desc']}, {a.prose_epochs} epochs of {f['spe']} steps x {a.batch_size} x {a.block_size} tokens; "
+            f"music {a.music_steps} steps on {3 * a.music_chunks:,} chunks of {music}; poetry {a.poetry_steps} steps; "
+            f"the compute-matched control repeats the prose set for {f['ladder_steps'] / f['spe']:.1f} epochs."
+            f"{where} The paper trains on WikiText-103 (~100M tokens) after MAESTRO piano performances (12k / 36k "
+            f"chunks), 5 seeds, to convergence: our 'final' is after {a.prose_epochs} epochs of a far smaller prose "
+            "set, so our perplexities are far higher and our pre-training is large relative to the prose budget.")
+
+
+def markdown(a, data, rows, comps, verdict_list, provenance):
+    f, records, missing = data["facts"], data["runs"], data["missing"]
     lines = [f"# The ladder: music -> poetry -> prose{' (--quick)' if a.quick else ''}", "",
-             f"Paper's claim: {CLAIM}.", "",
+             common.provenance_line(provenance), "",
+             f"Paper (arXiv {SOURCE['arxiv']}, \"{SOURCE['title']}\"): {CLAIM}.", "",
              "## Setup (ours)", "",
-             f"- Hardware: {common.hardware()}.",
-             f"- Training time: {facts['train_min']:.1f} min summed over {n_runs} finished runs (train.run's "
-             f"seconds; shared pre-training counted once); " + (
-                 f"wall time of the sweep{'s (every invocation)' if facts['sweeps'] > 1 else ''}: "
-                 f"{facts['wall_min']:.1f} min with --jobs {a.jobs}." if facts["sweeps"] else "wall time not recorded."),
+             f"- Training time: {f['train_min']:.1f} min summed over {f['n_runs']} finished runs (train.run's "
+             "seconds; shared pre-training counted once).",
              f"- Conditions: {', '.join(a.conditions)}; widths {a.widths}; seeds 0..{a.seeds - 1} (--seed; data fixed "
              f"by --data-seed {a.data_seed}); model {a.n_layer} layers, {a.n_head} heads, context {a.block_size}, batch "
              f"{a.batch_size}, AdamW lr {a.lr} (warmup {a.warmup_iters} steps, cosine to train.py's --min-lr) in every stage.",
-             f"- Prose: {facts['prose_desc']}; {a.prose_epochs} epochs of {facts['spe']} steps, evaluated at the end of "
+             f"- Prose: {f['prose_desc']}; {a.prose_epochs} epochs of {f['spe']} steps, evaluated at the end of "
              f"every epoch on {a.eval_iters} batches ({a.eval_iters * a.batch_size * a.block_size:,} tokens) of "
              f"validation windows. Music: {a.music_steps} steps on {a.music_chunks:,} (N) or {3 * a.music_chunks:,} "
              f"(3N) chunks of {a.block_size + 1} tokens ({a.music_stage}; synthetic: {a.synthetic_stage}). Poetry: "
-             f"{a.poetry_steps} steps ({a.poetry_stage}). Compute-matched: {facts['ladder_steps']} prose steps "
+             f"{a.poetry_steps} steps ({a.poetry_stage}). Compute-matched: {f['ladder_steps']} prose steps "
              f"(= music + poetry + prose steps of the ladder). Long-run pair: d{a.long_width}, at most "
              f"{a.long_epochs} epochs, patience {a.patience} epochs, ppl_final = best validation perplexity.",
              "- Transfer: music -> text copies attention, MLP and norms (token embedding, LM head and positions "
              "fresh); text -> text copies everything; ablations use --transfer as named.", "",
-             "## Results (prose validation perplexity, mean ± std over seeds)", "",
-             "'vs baseline' = 1 - mean / mean of the baseline at the same width (random; long-random for the long "
-             "pair): positive = lower perplexity than the baseline. p: Welch's t-test against the baseline's runs.", ""]
-    lines += results_table(a, records, rows) + [""]
+             "## The paper's claims beside ours", ""]
+    lines += claim_lines(records, verdict_list, data["prose_unigram_ppl"]) + [""]
+    lines += ["## Results (prose validation perplexity, mean ± std over seeds)", "",
+              "Change vs baseline = mean / mean of the baseline at the same width - 1 (random; long-random for the "
+              "long pair): negative = lower perplexity. The reading columns test each against the baseline's runs.", ""]
+    lines += results_table(a, records) + [""]
     if comps:
         lines += ["## Comparisons", ""] + comparison_lines(comps) + [""]
-    lines += ["## What our numbers say about the paper's claims", ""] + verdict(a, records, comps) + [""]
-    lines += ["Where ours differ from the paper's, these differ: scale (4-layer models at d 16-64 as in the paper, "
-              f"but {facts['prose_desc']} for {a.prose_epochs} epochs instead of WikiText-103's ~100M tokens, so the "
-              "perplexities are far higher and the first epoch is a few dozen steps), data (music21 score-derived "
-              "MIDI of Bach/Monteverdi/Haydn/Mozart instead of MAESTRO piano performances; N/3N chunks scaled to the "
-              "offline corpus instead of 12k/36k; Wikipedia lead sections instead of WikiText-103) and budgets "
-              f"(music {a.music_steps} and poetry {a.poetry_steps} steps, our choice: pre-training is large "
-              "relative to our prose budget, unlike the paper's)." +
+    lines += ["## What differs from the paper", "", regime(a, data, provenance) +
               (" This --quick run is a smoke test (tiny budgets, 2 seeds): it checks the pipeline, not the claims."
                if a.quick else ""), ""]
     if missing:
         lines += [f"Missing results ({len(missing)}): "
                   + ", ".join(f"{c} d{w} s{s} ({why})" for c, w, s, why in missing[:20])
                   + (" ..." if len(missing) > 20 else ""), ""]
-    lines += ["## Paper's numbers", "", f"{CLAIM}. Data volume: at d=16, 12k real chunks beat 36k synthetic and 36k "
-              "real (-3.1%); at d=32 36k wins (+3.3%), at d=64 (+6.1%). Mechanism: music helps attention/FFN, poetry "
-              "the embeddings; additive.", "",
-              "Figures: `curves.png` (prose validation perplexity per epoch, mean over seeds), `width.png` "
-              "(improvement over random against width), `ablation.png` (final perplexity per condition, bars). "
-              "Every run's numbers: `report.json`; settings, per-epoch curves and comparisons: `details.json`; the "
-              "runs: `runs/`.", ""]
+    lines += ["Figures: `width.png` (change against random per width), `curves.png` (prose validation perplexity "
+              "per epoch, mean over seeds), `ablation.png` (final perplexity per condition, bars). Every run's "
+              "numbers, the table, comparisons and verdicts: `report.json`; per-run chains and curves: "
+              "`details.json`.", ""]
     return "\n".join(lines)
 
 
@@ -278,7 +413,7 @@ def plot_curves(a, details, path):
             xs = sorted(by_epoch)
             ax.plot(xs, [sum(by_epoch[x]) / len(by_epoch[x]) for x in xs], marker=".", color=colors[i % 20],
                     label=c + (" (= volume-large)" if c == "music" and "volume-large" in a.conditions else ""),
-                    ls="--" if CONDITIONS[c][3] != "epochs" else "-")
+                    ls="-" if not is_long(c) and c != "compute-matched" else "--")
         ax.set_title(f"d = {w}")
         ax.set_xlabel("prose epoch")
         ax.set_ylabel("validation perplexity (mean over seeds)")
@@ -348,33 +483,21 @@ def plot_ablation(a, records, path):
 
 # ---------------------------------------------------------------------------------------------
 
-def write_all(a, runs, sweep_wall_s=None):
-    """Read the finished runs, write report.md, report.json, details.json and the PNGs; returns report.md."""
-    from experiments.ladder import ladder_steps, steps_per_epoch
-    records, details, missing = collect(a)
-    rows = table(a, records)
-    comps = comparisons(a, records)
-    timing_path = a.out / "timing.json"
-    timing = json.loads(timing_path.read_text()) if timing_path.exists() else {"sweeps": []}
-    if sweep_wall_s is not None:
-        timing["sweeps"].append({"wall_s": round(sweep_wall_s, 1), "jobs": a.jobs, "finished": time.strftime("%F %T")})
-        common.write_json(timing_path, timing)
-    finished = [r for r in runs.values() if (r.folder / "summary.json").exists()]
-    spe, unique = steps_per_epoch(a)
-    facts = {"n_runs": len(finished), "train_min": sum(common.read_summary(r.folder)["seconds"] for r in finished) / 60,
-             "wall_min": sum(s["wall_s"] for s in timing["sweeps"]) / 60, "sweeps": len(timing["sweeps"]),
-             "spe": spe, "ladder_steps": ladder_steps(a),
-             "prose_desc": (f"the first {unique:,} training tokens of {a.prose_stage}"
-                            + (f" ({a.prose})" if a.prose_stage == "prose" else "")) if unique else
-                           f"the whole {a.prose_stage} training split ({a.prose})"}
-    text = write_markdown(a, records, rows, comps, missing, facts)
-    common.write_json(a.out / "report.json", {"runs": records, "table": rows})
-    settings = common.settings_json(a)
-    common.write_json(a.out / "details.json", {"claim": CLAIM, "paper": PAPER, "settings": settings, "facts": facts,
-                                               "hardware": common.hardware(), "comparisons": comps,
-                                               "runs": details, "missing": [list(m) for m in missing]})
-    common_write_text(a.out / "report.md", text)
-    plot_curves(a, details, a.out / "curves.png")
-    plot_width(a, rows, a.out / "width.png")
-    plot_ablation(a, records, a.out / "ablation.png")
+def render(a, data, details, out, provenance):
+    """Write report.md, report.json, the PNGs and (with details) details.json from the records;
+    returns report.md. Nothing here reads the run folders, the clock or the machine."""
+    records = data["runs"]
+    rows, comps, verdict_list = table(a, records), comparisons(a, records), verdicts(records)
+    text = markdown(a, data, rows, comps, verdict_list, provenance)
+    settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
+    common.write_json(out / "report.json", {
+        "source": SOURCE, "regime": regime(a, data, provenance), "figures": FIGURES, "verdicts": verdict_list,
+        "provenance": provenance, "prose_unigram_ppl": data["prose_unigram_ppl"], "settings": settings,
+        "facts": data["facts"], "runs": records, "table": rows, "comparisons": comps, "missing": data["missing"]})
+    common.write_text(out / "report.md", text)
+    if details is not None:
+        common.write_json(out / "details.json", {"runs": details})
+        plot_curves(a, details, out / "curves.png")
+    plot_width(a, rows, out / "width.png")
+    plot_ablation(a, records, out / "ablation.png")
     return text
