@@ -1,16 +1,27 @@
 """
 Selective weight transfer: copy named parameter groups from one model's weights into another.
-"Listen and Chant Before You Read" (arXiv 2604.21265): between stages whose vocabularies
-differ (music 160 -> text 50,257) copy ONLY attention, feed-forward and normalisation weights,
+"Listen and Chant Before You Read" (arXiv 2604.21265), its stage-to-stage transfer: between
+stages whose vocabularies differ (music 160 -> text 50,257) copy ONLY attention, feed-forward
+and normalisation weights,
     theta_dst[g] <- theta_src[g]   for g in {attn, mlp, norm},
 and leave the token embedding, the LM head and the position embeddings at their fresh
 initialisation (positions are not in the paper's list; `pos` is available as an option);
-between stages with the same tokenizer copy everything. Also used for procedural pre-training
-(arXiv 2601.21725, PAPERS.md section 2): full (attn, mlp, norm), attention-only or MLP-only
-transfer; the new vocabulary's embedding rows either random or every row the mean of the
-pretrained rows (`mean_embedding_init`, the authors' default); transferred groups optionally
-frozen (`freeze`, the authors' weights_to_be_trained); and `merge` for surgical composition
-(attention layers from one checkpoint, MLP layers from another), also as a command:
+between stages with the same tokenizer copy everything.
+
+Also used for procedural pre-training (Jiang, Shinnick et al., arXiv 2601.21725, the transfer
+modes of its downstream experiments; the authors' downstream/utils.py of
+github.com/zlshinnick/procedural-pretraining, load_pretrained_weights):
+  - full = attn, mlp, norm, pos: their "everything" loads every weight but the token embedding
+    and the head (utils.py:273-302) and moves the position embeddings too (utils.py:224-261:
+    the first T rows when the source's context is at least as long; `transfer` does the same);
+    their "everything" also sets every embedding row to the pretrained rows' mean, which is
+    `mean_embedding_init` here (train.py --embed-init mean), a separate choice;
+  - attention-only (`attn`) or MLP-only (`mlp`) transfer, everything else fresh;
+  - the new vocabulary's embedding rows either random or every row the mean of the pretrained
+    rows (`mean_embedding_init`, their default "average" strategy, utils.py:132-143);
+  - transferred groups optionally frozen (`freeze`, their weights_to_be_trained);
+  - `merge` for surgical composition (attention layers from one checkpoint, MLP layers from
+    another), also as a command:
 
     python transfer.py merge --attn dyck.pt --mlp eca.pt [--norm dyck.pt] -o merged.pt
     python train.py --stages task:haystack --init-from merged.pt
@@ -19,7 +30,6 @@ Groups (model.GROUPS): embed, pos, attn, mlp, norm, head. In a model with a tied
 embedding and the head are one tensor, so they can only be transferred together.
 """
 
-import argparse
 import sys
 
 import torch
@@ -27,7 +37,8 @@ import torch
 from model import GROUPS, group_of
 
 VOCAB_INDEPENDENT = ("attn", "mlp", "norm")   # the ladder paper's list: the cross-vocabulary default
-ALIASES = {"all": tuple(GROUPS), "full": VOCAB_INDEPENDENT}
+FULL = VOCAB_INDEPENDENT + ("pos",)           # the procedural authors' "everything"
+ALIASES = {"all": tuple(GROUPS), "full": FULL}
 
 
 def default_groups(src_tokenizer, dst_tokenizer):
@@ -38,8 +49,9 @@ def default_groups(src_tokenizer, dst_tokenizer):
 
 
 def parse_groups(spec):
-    """'attn,norm' -> ('attn', 'norm'); 'all' -> every group; 'full' -> attn, mlp, norm (the
-    procedural paper's "full model" transfer); an unknown name is an error."""
+    """'attn,norm' -> ('attn', 'norm'); 'all' -> every group; 'full' -> attn, mlp, norm, pos (the
+    procedural authors' "everything": all but the token embedding and the head); an unknown
+    name is an error."""
     groups = []
     for g in (g.strip() for g in spec.split(",") if g.strip()):
         groups += ALIASES.get(g, (g,))
@@ -47,7 +59,7 @@ def parse_groups(spec):
     unknown = [g for g in groups if g not in GROUPS]
     if unknown or not groups:
         raise ValueError(f"unknown transfer group(s) {unknown or spec!r}; choose from {list(GROUPS)}, "
-                         f"'full' (= attn,mlp,norm) or 'all'")
+                         f"'full' (= attn,mlp,norm,pos) or 'all'")
     return groups
 
 
@@ -56,10 +68,13 @@ def transfer(src_state, dst_model, groups, shared_rows=False):
     """Copy exactly the parameters of `groups` from src_state (a state dict) into dst_model;
     every other parameter keeps its current (fresh) value. Returns a report:
     {"groups": [...], "copied": [names], "skipped": [names]}. A requested tensor that is missing
-    from src_state or has another shape is an error that names every such tensor, except with
-    shared_rows=True (the same tokenizer, one model with an extra [MASK] row, MIR/MDLM): then an
-    embedding or head that differs only in its number of rows gets the rows both have, and
-    the extra row keeps its fresh value."""
+    from src_state or has another shape is an error that names every such tensor, with two
+    exceptions that differ only in the number of rows:
+      - positions from a longer context: the destination's T rows get the source's first T
+        (the procedural authors' downstream/utils.py:241-261; from a SHORTER context they keep
+        the fresh rows without a word, utils.py:262-265; ours is an error that says so);
+      - shared_rows=True (the same tokenizer, one model with an extra [MASK] row, MIR/MDLM): an
+        embedding or head gets the rows both have, and the extra row keeps its fresh value."""
     groups = tuple(groups)
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
@@ -80,17 +95,27 @@ def transfer(src_state, dst_model, groups, shared_rows=False):
         elif src.shape == p.shape:
             p.copy_(src)
             copied.append(name)
+        elif rows_only and group_of(name) == "pos" and src.shape[0] > p.shape[0]:
+            p.copy_(src[:p.shape[0]])
+            copied.append(name)
         elif shared_rows and rows_only and group_of(name) in ("embed", "head"):
             n = min(src.shape[0], p.shape[0])
             p[:n].copy_(src[:n])
             copied.append(name)
         else:
-            problems.append(f"{name}: source {tuple(src.shape)} vs destination {tuple(p.shape)}"
-                            + (" (the vocabularies differ: leave out 'embed' and 'head')"
-                               if group_of(name) in ("embed", "head") else ""))
+            problems.append(f"{name}: source {tuple(src.shape)} vs destination {tuple(p.shape)}" + _why(name, rows_only))
     if problems:
         raise ValueError("cannot transfer groups %s:\n  %s" % (list(groups), "\n  ".join(problems)))
     return {"groups": list(groups), "copied": copied, "skipped": skipped}
+
+
+def _why(name, rows_only):
+    """What a shape mismatch of this tensor means, and the way out."""
+    if group_of(name) in ("embed", "head"):
+        return " (the vocabularies differ: leave out 'embed' and 'head')"
+    if group_of(name) == "pos" and rows_only:
+        return " (the source's context is shorter: leave out 'pos', e.g. --transfer attn,mlp,norm)"
+    return ""
 
 
 @torch.no_grad()
@@ -127,23 +152,58 @@ def merge(sources, dst_model):
 def merge_checkpoints(paths_by_group, base=None):
     """{group: checkpoint path} -> a checkpoint dict whose weights take each group from its
     checkpoint; the groups no path names come from `base` (default: the first path given). All
-    checkpoints must share the architecture of the vocabulary-independent groups."""
-    from checkpoint import read_checkpoint
+    checkpoints must share the architecture of the vocabulary-independent groups: a tensor that
+    does not fit is a ValueError naming the file it came from and the base it did not fit."""
+    from checkpoint import load_state_checked, read_checkpoint
+    from data.common import UserError
     from model import GPT, GPTConfig
     cks = {g: read_checkpoint(p, f"--{g}") for g, p in paths_by_group.items()}
+    base_path, base_flag = (base, "--base") if base else next((p, f"--{g}") for g, p in paths_by_group.items())
     base_ck = read_checkpoint(base, "--base") if base else next(iter(cks.values()))
-    model = GPT(GPTConfig(**base_ck["model_config"])) if "model_config" in base_ck else None
-    if model is None:
-        raise ValueError("the base checkpoint has no model_config; give a stage checkpoint of train.py")
-    model.load_state_dict(base_ck["model"])
-    merge([(ck["model"], [g]) for g, ck in cks.items()], model)
+    if "model_config" not in base_ck:
+        raise ValueError(f"{base_flag} {base_path}: the base checkpoint has no model_config; give a stage "
+                         "checkpoint of train.py")
+    model = GPT(GPTConfig(**base_ck["model_config"]))
+    try:
+        load_state_checked(model, base_ck["model"])
+    except UserError as e:
+        raise UserError(f"{base_flag} {base_path}: {e}") from None
+    for g, ck in cks.items():
+        try:
+            transfer(ck["model"], model, [g])
+        except ValueError as e:
+            raise ValueError(f"--{g} {paths_by_group[g]} does not fit the base model ({base_flag} {base_path}): "
+                             f"{e}") from None
     return {"model": model.state_dict(), "model_config": base_ck["model_config"],
             "tokenizer": base_ck.get("tokenizer"), "stage": "merge",
             "merged_from": {g: str(p) for g, p in paths_by_group.items()}}
 
 
+def check_output(path):
+    """-o PATH must lie in an existing folder: a UserError of one line before any work, not
+    torch's RuntimeError after it."""
+    import os
+    from data.common import UserError
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UserError(f"-o {path}: no folder {folder}; create it or choose another path")
+
+
+def write_merged(path, ck):
+    """save_checkpoint, with a path the user gave: an unwritable path is a UserError of one line."""
+    from checkpoint import save_checkpoint
+    from data.common import UserError
+    check_output(path)
+    try:
+        save_checkpoint(path, ck)
+    except (OSError, RuntimeError) as e:
+        raise UserError(f"-o {path}: cannot write it ({getattr(e, 'strerror', None) or e}); choose a writable path") from None
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Weight surgery on train.py checkpoints.")
+    from data.common import UserError
+    from flags import ArgumentParser  # flags imports this module: import it here, not at the top
+    p = ArgumentParser(prog="transfer.py", description="Weight surgery on train.py checkpoints.")
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("merge", help="take each parameter group from a chosen checkpoint "
                                      "(attention from one, MLP from another), for --init-from")
@@ -152,17 +212,16 @@ def main(argv=None):
     m.add_argument("--base", default=None, help="where the groups nobody names come from (default: the first given)")
     m.add_argument("-o", "--output", required=True, help="the merged checkpoint to write")
     a = p.parse_args(argv)
-    from checkpoint import save_checkpoint
-    from data.common import UserError
     paths = {g: getattr(a, g) for g in GROUPS if getattr(a, g)}
     if not paths:
-        p.error("name at least one group, e.g. --attn A.pt --mlp B.pt")
+        m.error("name at least one group, e.g. --attn A.pt --mlp B.pt")
     try:
-        ck = merge_checkpoints(paths, a.base)
+        check_output(a.output)
+        write_merged(a.output, merge_checkpoints(paths, a.base))
     except (UserError, ValueError) as e:
-        print(f"error: {str(e).replace(chr(10), ' ')}", file=sys.stderr)
+        one_line = str(e).replace(":\n  ", ": ").replace("\n  ", "; ")  # transfer's list of tensors
+        print(f"transfer.py merge: error: {' '.join(one_line.split())}", file=sys.stderr)
         sys.exit(2)
-    save_checkpoint(a.output, ck)
     print(f"wrote {a.output}: " + ", ".join(f"{g} from {p}" for g, p in paths.items()))
 
 

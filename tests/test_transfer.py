@@ -133,6 +133,54 @@ def test_merge_command_writes_a_checkpoint_usable_with_init_from(tmp_path):
 def test_parse_groups():
     assert parse_groups("attn, norm") == ("attn", "norm")
     assert parse_groups("all") == tuple(GROUPS)
-    assert parse_groups("full") == ("attn", "mlp", "norm")
+    assert parse_groups("full") == ("attn", "mlp", "norm", "pos")  # the procedural authors' "everything"
     with pytest.raises(ValueError, match="unknown transfer group"):
         parse_groups("attention")
+
+
+def test_full_transfer_is_everything_but_the_embedding_and_head():
+    """The procedural authors' "everything" (downstream/utils.py): every weight but the token
+    embedding and the head, positions included; from a longer context the first T position rows."""
+    src, dst = make(102, 0, block_size=32), make(174, 1)       # 32 positions -> 16
+    fresh = {k: v.clone() for k, v in dst.state_dict().items()}
+    report = transfer(src.state_dict(), dst, parse_groups("full"))
+    assert {group_of(n) for n in report["copied"]} == {"attn", "mlp", "norm", "pos"}
+    assert torch.equal(dst.transformer.wpe.weight, src.transformer.wpe.weight[:16])
+    assert torch.equal(dst.transformer.wte.weight, fresh["transformer.wte.weight"])
+    for name, p in dst.named_parameters():
+        if group_of(name) in ("attn", "mlp", "norm"):
+            assert torch.equal(p, src.state_dict()[name]), name
+    short = make(102, 0, block_size=8)                          # 8 positions cannot fill 16
+    with pytest.raises(ValueError, match=r"transformer.wpe.weight: source \(8, 16\) vs destination \(16, 16\)"
+                                         r".*context is shorter.*attn,mlp,norm"):
+        transfer(short.state_dict(), dst, parse_groups("full"))
+
+
+def _save(path, m):
+    from checkpoint import save_checkpoint
+    save_checkpoint(path, {"model": m.state_dict(), "model_config": vars(m.config).copy()})
+    return path
+
+
+def _one_error_line(capsys, argv):
+    import transfer as tr
+    with pytest.raises(SystemExit) as e:
+        tr.main(argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_merge_into_a_missing_folder_is_one_line_and_writes_nothing(tmp_path, capsys):
+    a = _save(tmp_path / "a.pt", make(50, 0))
+    line = _one_error_line(capsys, ["merge", "--attn", str(a), "-o", str(tmp_path / "no/such/dir/m.pt")])
+    assert "-o" in line and "no/such/dir" in line and "no folder" in line
+    assert not (tmp_path / "no").exists()
+
+
+def test_merge_shape_error_names_the_files_it_came_from(tmp_path, capsys):
+    narrow, wide = _save(tmp_path / "narrow.pt", make(50, 0)), _save(tmp_path / "wide.pt", make(50, 1, n_embd=32))
+    line = _one_error_line(capsys, ["merge", "--attn", str(narrow), "--mlp", str(wide), "-o", str(tmp_path / "m.pt")])
+    assert f"--mlp {wide}" in line and f"--attn {narrow}" in line and "c_fc.weight" in line
+    assert not (tmp_path / "m.pt").exists()
