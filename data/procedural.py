@@ -45,7 +45,9 @@ KINDS = ("identity", "reverse", "sort", "set", "union", "delete", "stack", "dyck
 SEQ_KINDS = KINDS[:7]                      # the reference layout: x + SEP + f(x)
 FAMILIES = ("seq", "dyck", "eca")          # token families, in the order of the shared space
 DEFAULTS = {**{k: dict(L=64, V=100) for k in SEQ_KINDS},
-            "dyck": dict(k=64, length=128, p_open=0.49),              # procedural_data/dyck.py:27
+            # Dyck: p_open 0.5 as the authors' runs: procedural_pretraining/dyck.py:474-476 (its CLI
+            # default; configs/dyck.yaml sets none) overrides the generator's own 0.49 (procedural_data/dyck.py:27)
+            "dyck": dict(k=64, length=128, p_open=0.5),
             "dyck_shuffle": dict(k=64, length=128, p_open=0.5, max_depth=16),  # dyck_shuffle.py:27-28
             "eca110": dict(width=16, rows=7)}
 SHUFFLED = "-shuffled"

@@ -136,6 +136,22 @@ def test_dyck_balanced_and_nested():
         check_dyck(row, 2)
 
 
+def test_dyck_opens_with_the_authors_p_open():
+    """p_open = 0.5, the authors' runs (their CLI default): where a bracket is free to open or close
+    (the stack not empty, room left to close everything), it opens about half the time."""
+    assert P.DEFAULTS["dyck"]["p_open"] == 0.5
+    free = opened = 0
+    for row in rows("dyck", n=400)[0]:
+        depth = 0
+        for t, tok in enumerate(row):
+            remaining = len(row) - t
+            if depth > 0 and depth + 1 <= remaining - 1:   # neither forced open nor forced closed
+                free += 1
+                opened += tok < 64
+            depth += 1 if tok < 64 else -1
+    assert free > 40_000 and abs(opened / free - 0.5) < 0.005   # sigma 0.0024: 0.49 would be ~4 sigma off
+
+
 def test_dyck_shuffle_balanced_per_type_not_always_nested():
     tokens, mask = rows("dyck_shuffle", k=4)
     nested = [check_dyck_shuffle(r, 4, 16) for r in tokens]
