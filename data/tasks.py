@@ -4,7 +4,7 @@ Jiang, Shinnick et al., arXiv 2601.21725, the algorithmic diagnostics (authors' 
 downstream/algorithmic_tasks/task_*.py), rewritten with numpy in one shared task vocabulary.
 
 Every record is prompt + answer, PAD-padded to a fixed length S; the loss mask covers the
-answer span only (the authors train on answers only: `wanted` in task_forwardaddition.py:73).
+answer span only (the authors too train on answers only; how their span differs, below).
 Vocabulary (174 ids): digits 0-9 = ids 0-9, '+' 10, '*' 11, '=' 12, ',' 13, '?' 14,
 END '$' 15, PAD '_' 16, keys k0..k29 = 17..46, values v1..v127 = 47..173.
 
@@ -29,6 +29,24 @@ answer span: if every earlier answer token was predicted right, the greedy prefi
 prefix, so greedy and teacher-forced argmax agree up to the first wrong token; a record is
 exact under greedy decoding iff every teacher-forced argmax on its (contiguous) span is right.
 `greedy_decode_accuracy` decodes token by token, as the slow reference.
+
+Loss and accuracy, ours against the authors' task files (task_forwardaddition.py:59-80,
+task_additionstream.py:56-77, task_multiplication.py:58-86, task_condattendstream.py:45-66):
+  - theirs is token-level, shifted by one: their CustomTrainer.compute_loss and compute_metrics
+    score the prediction made at every position whose INPUT token is an answer token
+    (`wanted = labels[..., :-1] >= 20`: the result digits 20-29 and the stop 30; haystack: the
+    query token) against the next token (`labels[..., 1:]`); the loss is the mean cross-entropy
+    over those positions and the accuracy the share of them predicted right, pooled over the
+    eval set (np.sum(corr) / np.sum(wanted)). For the arithmetic tasks the shift leaves the
+    first answer digit (predicted at '=') out of both, and puts the PAD after the stop in.
+  - ours: the mask is on the answer's TARGETS, every answer token and END, each predicted from
+    the position before it (the first digit from '='), nothing after END; the loss is the mean
+    cross-entropy over them (token-level as theirs, over that span), and the accuracy reported is
+    exact-answer, one 0/1 score per record: right only if every answer token is. A record with
+    some digits wrong counts 0 here and partly there, so ours is the stricter score (usually well
+    below theirs for multi-digit answers); the two are not convertible into each other.
+  - haystack has one answer token, the value after the query key, in both: there the two
+    spans and the two accuracies coincide.
 """
 
 import numpy as np
