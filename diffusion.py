@@ -1,6 +1,7 @@
 """
 Masked diffusion (MDLM / LLaDA form): the absorbing-state diffusion baseline MIR is compared with.
-Xu et al., arXiv 2606.06888 (PAPERS.md section 3), the bound of MDLM (Sahoo et al., arXiv
+Xu et al., arXiv 2606.06888 (its dLLM baseline, which strong weight decay also improves), the
+bound of MDLM (Sahoo et al., arXiv
 2406.07524) and LLaDA (Nie et al., arXiv 2502.09992, eq. 3), per token:
     L(x) = E_{t ~ U(0,1]} E_{x_t ~ q(.|x, t)} [ (1/t) sum_{i: x_t^i = [MASK]} -log p(x^i | x_t) ] / T
 

@@ -2,9 +2,18 @@
 
 Xu et al., arXiv 2606.06888 (the SoftQ law L(N, U), its comparison laws, fan-out, effective-data
 multiplier); Muennighoff et al., arXiv 2305.16264 (the D', N' law); Hoffmann et al., arXiv 2203.15556
-(the additive law and its fitting "approach 3"). The laws are written exactly as PAPERS.md section 3.
+(the additive law and its fitting "approach 3").
 
     N = parameters, U = unique tokens, D = tokens seen (D >= U; only Muennighoff uses D), L = loss.
+
+    chinchilla   L = E + A / N^alpha + B / U^beta
+    muennighoff  L = E + A / N'^alpha + B / D'^beta, repetition saturating (arXiv 2305.16264):
+                   D' = U + U R_D* (1 - exp(-R_D / R_D*)),      R_D = max(D / U - 1, 0)
+                   N' = U_N + U_N R_N* (1 - exp(-R_N / R_N*)),  R_N = max(N / U_N - 1, 0)
+                   U_N = min(N, (U G)^(beta / alpha) G),        G = (alpha A / (beta B))^(1 / (alpha + beta))
+                 (U_N: the compute-optimal size for U tokens; its authors' R_D* ~ 15.4, R_N* ~ 5.3)
+    quanta       L = E + max(A / N^alpha, B / U^(alpha / (1 + alpha)))
+    softq        L = E + (A / N^rho + B / U^(rho / (1 + alpha)))^(alpha / rho)   (the paper's law)
 
 Quanta is the paper's *coupled* law, a hard bottleneck: L = E + max(A N^-alpha, B U^-(alpha/(1+alpha))).
 SoftQ smooths it: E + (A N^-rho + B U^-(rho/(1+alpha)))^(alpha/rho) tends to Quanta as rho -> inf with
@@ -47,8 +56,8 @@ Choices a reader should know (ours, not the papers'):
   the loss gap L(smallest U) - L(largest U) against log10 N (loss per decade of N; an additive
   law gives exactly 0). The effective-data multiplier keeps D (compute) fixed and solves for U.
 
-Command line (a bad input ends in one line on stderr and exit status 1, a bad command line in 2):
-    python scaling.py fit runs.csv --law softq [--json]    # laws: chinchilla muennighoff quanta quanta_additive softq
+Command line (a bad input or a bad command line ends in one line on stderr and exit status 2):
+    python scaling.py fit runs.csv [--law softq] [--json]  # laws: chinchilla muennighoff quanta quanta_additive softq
     python scaling.py compare runs.csv [--png laws.png]
 """
 
@@ -65,8 +74,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from data.common import UserError
+from flags import ArgumentParser
+
 # -----------------------------------------------------------------------------
-# The laws, as PAPERS.md writes them (numpy, natural parameters)
+# The laws, as the module docstring writes them (numpy, natural parameters)
 
 
 def chinchilla(N, U, E, A, B, alpha, beta):
@@ -494,36 +506,32 @@ COLUMNS = ("N", "U", "D", "loss")
 EXPECTED = "a header line N,U,D,loss then one row per run (D = tokens seen; D = U for single-epoch runs)"
 
 
-class InputError(ValueError):
-    """A problem with the user's input, worded as one line that names the input and the fix."""
-
-
 def read_runs(path):
     """Read a CSV with columns N,U,D,loss (one row per run) -> dict of float arrays.
 
-    Raises InputError (one line naming the file and the fix) for an unreadable file, a missing
+    Raises UserError (one line naming the file and the fix) for an unreadable file, a missing
     column, a missing, non-numeric, non-finite or non-positive value, or D < U.
     """
     try:
         with open(path, newline="") as f:
             rows = [(i, row) for i, row in enumerate(csv.reader(f), 1) if any(x.strip() for x in row)]
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file; give the path of a CSV with {EXPECTED}") from None
+        raise UserError(f"{path}: no such file; give the path of a CSV with {EXPECTED}") from None
     except IsADirectoryError:
-        raise InputError(f"{path}: is a directory; give the path of a CSV file with {EXPECTED}") from None
+        raise UserError(f"{path}: is a directory; give the path of a CSV file with {EXPECTED}") from None
     except PermissionError:
-        raise InputError(f"{path}: permission denied; make the file readable") from None
+        raise UserError(f"{path}: permission denied; make the file readable") from None
     except (UnicodeDecodeError, csv.Error) as e:
-        raise InputError(f"{path}: not a readable CSV ({e}); give a text CSV with {EXPECTED}") from None
+        raise UserError(f"{path}: not a readable CSV ({e}); give a text CSV with {EXPECTED}") from None
     if not rows:
-        raise InputError(f"{path}: the file is empty; it needs {EXPECTED}")
+        raise UserError(f"{path}: the file is empty; it needs {EXPECTED}")
     header = [h.strip() for h in rows[0][1]]
     missing = [c for c in COLUMNS if c not in header]
     if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (found {','.join(header)}); "
+        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (found {','.join(header)}); "
                          f"the file needs {EXPECTED}")
     if len(rows) < 2:
-        raise InputError(f"{path}: no runs under the header; add one row per run (N,U,D,loss)")
+        raise UserError(f"{path}: no runs under the header; add one row per run (N,U,D,loss)")
     runs = {}
     for c in COLUMNS:
         j = header.index(c)
@@ -533,15 +541,15 @@ def read_runs(path):
             try:
                 v = float(cell)
             except ValueError:
-                raise InputError(f"{path}: line {line}: column {c} is {cell!r}, not a number; "
+                raise UserError(f"{path}: line {line}: column {c} is {cell!r}, not a number; "
                                  f"write a number (e.g. 1.5e9) in every row") from None
             if not (math.isfinite(v) and v > 0):
-                raise InputError(f"{path}: line {line}: column {c} is {cell}; it must be finite and > 0")
+                raise UserError(f"{path}: line {line}: column {c} is {cell}; it must be finite and > 0")
             values.append(v)
         runs[c] = np.array(values)
     bad = np.flatnonzero(runs["D"] < runs["U"] * (1 - 1e-9))
     if len(bad):
-        raise InputError(f"{path}: line {rows[1 + bad[0]][0]}: D < U (D counts every token seen, so D >= U; "
+        raise UserError(f"{path}: line {rows[1 + bad[0]][0]}: D < U (D counts every token seen, so D >= U; "
                          f"D = U for a single-epoch run)")
     return runs
 
@@ -552,7 +560,7 @@ def _fmt(params):
 
 def _enough(path, n, law):
     if n < len(PARAMS[law]):
-        raise InputError(f"{path}: {n} run(s) are too few to fit {law}'s {len(PARAMS[law])} parameters; "
+        raise UserError(f"{path}: {n} run(s) are too few to fit {law}'s {len(PARAMS[law])} parameters; "
                          f"give at least {len(PARAMS[law])} runs")
 
 
@@ -574,7 +582,7 @@ def cmd_compare(args):
     if args.png:  # fail before the fits, not after
         folder = os.path.dirname(os.path.abspath(args.png))
         if not os.path.isdir(folder):
-            raise InputError(f"--png {args.png}: no folder {folder}; create it or choose another path")
+            raise UserError(f"--png {args.png}: no folder {folder}; create it or choose another path")
     budgets = np.unique(U)
     print(f"{len(N)} runs, N {N.min():.3g}..{N.max():.3g}, "
           f"{len(budgets)} budgets U {budgets.min():.3g}..{budgets.max():.3g}")
@@ -608,7 +616,7 @@ def plot(N, U, D, L, fits, path):
     try:
         import matplotlib
     except ImportError:
-        raise InputError("--png needs matplotlib: pip install matplotlib (or leave out --png)") from None
+        raise UserError("--png needs matplotlib: pip install matplotlib (or leave out --png)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -635,25 +643,18 @@ def plot(N, U, D, L, fits, path):
     try:
         fig.savefig(path, dpi=110)
     except OSError as e:
-        raise InputError(f"--png {path}: cannot write it ({e.strerror or e}); choose a writable path") from None
+        raise UserError(f"--png {path}: cannot write it ({e.strerror or e}); choose a writable path") from None
     except ValueError as e:  # e.g. an extension matplotlib has no writer for
-        raise InputError(f"--png {path}: {e}; end the path in .png") from None
+        raise UserError(f"--png {path}: {e}; end the path in .png") from None
     finally:
         plt.close(fig)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a command-line error is one line on stderr (exit 2), not usage + error."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see python {self.prog} --help)\n")
 
 
 def main(argv=None):
     """The command line. A bad input (file, column, value, too few runs) or a bad command line ends
     in one line on stderr, `scaling.py: error: ...`, naming the input and the fix, and SystemExit
-    with status 1 (input) or 2 (command line); no traceback."""
-    p = _Parser(prog="scaling.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+    with status 2 (argparse's for a bad command line, and ours for a bad input); no traceback."""
+    p = ArgumentParser(prog="scaling.py", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Fit and compare scaling laws L(N, U[, D]) on a CSV of runs with columns\n"
                 "N (parameters), U (unique tokens), D (tokens seen, >= U), loss.",
                 epilog="laws (parameters): what they are\n"
@@ -663,8 +664,9 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{fit,compare}")
     f = sub.add_parser("fit", help="fit one law and print its parameters, RMSE and MAE")
     f.add_argument("csv", help="CSV with columns N,U,D,loss, one row per run")
-    f.add_argument("--law", choices=LAWS, required=True,
-                   help="which law to fit: " + "; ".join(f"{k}: {v}" for k, v in DESCRIPTION.items()))
+    f.add_argument("--law", choices=LAWS, default="softq",
+                   help="which law to fit (default: %(default)s, the paper's): "
+                   + "; ".join(f"{k}: {v}" for k, v in DESCRIPTION.items()))
     f.add_argument("--json", action="store_true", help="print the fitted parameters as JSON on the last line")
     f.set_defaults(run=cmd_fit)
     c = sub.add_parser("compare", help="fit every law (" + ", ".join(LAWS) + "); table of parameters, "
@@ -675,9 +677,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         args.run(args)
-    except InputError as e:
+    except UserError as e:
         print(f"scaling.py: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, whatever e holds
-        raise SystemExit(1) from None
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -316,33 +316,34 @@ def test_cli_compare_writes_png(tmp_path, capsys):  # in-process: saves a second
 GOOD = "N,U,D,loss\n" + "".join(f"{n},1e9,1e9,{3 - i / 10}\n"  # 7 runs: enough for every law
                                  for i, n in enumerate([1e7, 2e7, 5e7, 1e8, 2e8, 5e8, 1e9]))
 CLI_ERRORS = [  # (name, CSV text; None: no file, "dir": a folder), arguments, exit status, words the line holds)
-    ("no file", None, ["fit", "{csv}", "--law", "quanta"], 1, ["{csv}", "no such file", "N,U,D,loss"]),
-    ("a folder", "dir", ["fit", "{dir}", "--law", "quanta"], 1, ["{dir}", "is a directory"]),
-    ("empty file", "", ["fit", "{csv}", "--law", "quanta"], 1, ["{csv}", "empty", "N,U,D,loss"]),
-    ("header only", "N,U,D,loss\n", ["fit", "{csv}", "--law", "quanta"], 1, ["{csv}", "no runs"]),
-    ("missing column", "N,U,loss\n1e7,1e9,3.0\n", ["fit", "{csv}", "--law", "chinchilla"], 1,
+    ("no file, default law", None, ["fit", "{csv}"], 2, ["{csv}", "no such file", "N,U,D,loss"]),
+    ("no file", None, ["fit", "{csv}", "--law", "quanta"], 2, ["{csv}", "no such file", "N,U,D,loss"]),
+    ("a folder", "dir", ["fit", "{dir}", "--law", "quanta"], 2, ["{dir}", "is a directory"]),
+    ("empty file", "", ["fit", "{csv}", "--law", "quanta"], 2, ["{csv}", "empty", "N,U,D,loss"]),
+    ("header only", "N,U,D,loss\n", ["fit", "{csv}", "--law", "quanta"], 2, ["{csv}", "no runs"]),
+    ("missing column", "N,U,loss\n1e7,1e9,3.0\n", ["fit", "{csv}", "--law", "chinchilla"], 2,
      ["{csv}", "missing column(s) D", "found N,U,loss"]),
     ("non-numeric", "N,U,D,loss\n1e7,1e9,1e9,3.0\n1e8,1e9,1e9,oops\n", ["fit", "{csv}", "--law", "chinchilla"],
-     1, ["{csv}", "line 3", "column loss", "'oops'", "not a number"]),
-    ("empty cell", "N,U,D,loss\n1e7,,1e9,3.0\n", ["fit", "{csv}", "--law", "chinchilla"], 1,
+     2, ["{csv}", "line 3", "column loss", "'oops'", "not a number"]),
+    ("empty cell", "N,U,D,loss\n1e7,,1e9,3.0\n", ["fit", "{csv}", "--law", "chinchilla"], 2,
      ["{csv}", "line 2", "column U"]),
-    ("short row", "N,U,D,loss\n1e7,1e9,1e9\n", ["fit", "{csv}", "--law", "chinchilla"], 1,
+    ("short row", "N,U,D,loss\n1e7,1e9,1e9\n", ["fit", "{csv}", "--law", "chinchilla"], 2,
      ["{csv}", "line 2", "column loss"]),
-    ("negative", "N,U,D,loss\n-1e7,1e9,1e9,3.0\n", ["fit", "{csv}", "--law", "chinchilla"], 1,
+    ("negative", "N,U,D,loss\n-1e7,1e9,1e9,3.0\n", ["fit", "{csv}", "--law", "chinchilla"], 2,
      ["{csv}", "column N", "> 0"]),
-    ("nan", "N,U,D,loss\n1e7,1e9,1e9,nan\n", ["fit", "{csv}", "--law", "chinchilla"], 1,
+    ("nan", "N,U,D,loss\n1e7,1e9,1e9,nan\n", ["fit", "{csv}", "--law", "chinchilla"], 2,
      ["{csv}", "column loss", "finite"]),
-    ("D < U", "N,U,D,loss\n1e7,1e9,1e9,3.0\n1e8,1e9,5e8,2.9\n", ["fit", "{csv}", "--law", "chinchilla"], 1,
+    ("D < U", "N,U,D,loss\n1e7,1e9,1e9,3.0\n1e8,1e9,5e8,2.9\n", ["fit", "{csv}", "--law", "chinchilla"], 2,
      ["{csv}", "line 3", "D < U"]),
-    ("too few to fit", "N,U,D,loss\n1e7,1e9,1e9,3.0\n1e8,1e9,1e9,2.9\n", ["fit", "{csv}", "--law", "softq"], 1,
+    ("too few to fit", "N,U,D,loss\n1e7,1e9,1e9,3.0\n1e8,1e9,1e9,2.9\n", ["fit", "{csv}", "--law", "softq"], 2,
      ["{csv}", "2 run(s)", "softq", "at least 5"]),
-    ("too few to compare", GOOD.rsplit("\n", 2)[0] + "\n", ["compare", "{csv}"], 1,
+    ("too few to compare", GOOD.rsplit("\n", 2)[0] + "\n", ["compare", "{csv}"], 2,
      ["{csv}", "6 run(s)", "muennighoff", "at least 7"]),
     ("unknown law", GOOD, ["fit", "{csv}", "--law", "kaplan"], 2,
      ["--law", "'kaplan'", "choose from", "quanta_additive"]),
-    ("no law", GOOD, ["fit", "{csv}"], 2, ["required", "--law"]),
+    ("no csv", GOOD, ["fit", "--law", "softq"], 2, ["required", "csv"]),
     ("no command", GOOD, [], 2, ["required", "fit,compare"]),
-    ("png folder", GOOD, ["compare", "{csv}", "--png", "{dir}/missing/laws.png"], 1,
+    ("png folder", GOOD, ["compare", "{csv}", "--png", "{dir}/missing/laws.png"], 2,
      ["--png {dir}/missing/laws.png", "create it"]),
 ]
 
@@ -350,7 +351,7 @@ CLI_ERRORS = [  # (name, CSV text; None: no file, "dir": a folder), arguments, e
 @pytest.mark.parametrize("name, text, args, status, words", CLI_ERRORS, ids=[c[0] for c in CLI_ERRORS])
 def test_cli_errors_are_one_line(tmp_path, capsys, name, text, args, status, words):
     """Every input error through the command line: one line on stderr naming the input and the fix,
-    a non-zero exit, no traceback (bad input exits 1, a bad command line 2, as argparse does)."""
+    exit status 2 (a bad input as a bad command line, as argparse does), no traceback."""
     csv_path = tmp_path / "runs.csv"
     if text is not None and text != "dir":
         csv_path.write_text(text)
@@ -363,3 +364,18 @@ def test_cli_errors_are_one_line(tmp_path, capsys, name, text, args, status, wor
     assert len(lines) == 1 and lines[0].startswith("scaling.py") and "error: " in lines[0], err
     assert all(fill(w) in lines[0] for w in words), lines[0]
     assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("content", [None, b"\x89PNG\r\n\x1a\n\x00\xff\xfe garbage", b"N;U;D;loss\n1;2;3;4\n"],
+                         ids=["no such file", "binary garbage", "not comma separated"])
+def test_cli_bad_csv_is_one_line_and_exit_2_in_a_real_process(tmp_path, content):
+    """`python scaling.py fit PATH`, as a user types it (the law defaults to softq): one line on
+    stderr that names the file, exit status 2, no traceback."""
+    path = tmp_path / "runs.csv" if content is not None else "/no/such.csv"
+    if content is not None:
+        path.write_bytes(content)
+    out = run_cli("fit", path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith("scaling.py: error: ") and str(path) in lines[0], lines[0]
+    assert "Traceback" not in out.stderr and out.stdout == ""
