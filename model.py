@@ -83,8 +83,8 @@ class Block(nn.Module):
     """One transformer layer. `alpha` is this layer's residual scale (a 0-dim tensor).
 
     Where each placement puts the norm and the scale (the placements the ProRes paper, arXiv
-    2603.05369, section 4, applies its warmup to; the authors' peft_pretraining/modeling_llama.py
-    of dandingsky/ProRes, LlamaDecoderLayer.forward, lines 331-508):
+    2603.05369, applies its warmup to; the authors' peft_pretraining/modeling_llama.py of
+    dandingsky/ProRes, LlamaDecoderLayer.forward, lines 331-508):
         pre       x = x + alpha * F(LN(x))                   (GPT-2; the default)
         post      x = LN(x + alpha * F(x))                   (original Transformer)
         sandwich  x = x + alpha * LN'(F(LN(x)))              (an extra norm on each branch output)
