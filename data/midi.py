@@ -1,7 +1,8 @@
 """
 MIDI <-> a compact event vocabulary of 160 tokens (mido): the codec of the music stage.
 Stage 1 of the ladder in "Listen and Chant Before You Read" (arXiv 2604.21265): music is
-tokenised into a 160-token event vocabulary (PAPERS.md section 1); the exact layout is ours.
+tokenised into a compact event vocabulary of 160 tokens (the paper's size, for MAESTRO piano
+performances); the exact layout is ours.
 
 Token layout (VOCAB_SIZE = 160):
 
@@ -366,6 +367,18 @@ def decode(tokens):
     return notes_to_midi(tokens_to_notes(tokens))
 
 
+def warn_one_line(message):
+    """warnings.warn(message), shown as ONE clean line on stderr, `warning: <message>`, instead of
+    the default file:line: UserWarning: ... and the Python source line under it. The format is
+    swapped only for this call (a filter, -W or pytest still sees a plain UserWarning)."""
+    default = warnings.formatwarning
+    warnings.formatwarning = lambda msg, *_, **__: f"warning: {msg}\n"
+    try:
+        warnings.warn(message, stacklevel=2)
+    finally:
+        warnings.formatwarning = default
+
+
 def encode_files(paths, sustain=True, progress=False):
     """Encode many files, never crashing: a file that is not valid MIDI is skipped with a
     warning and counted. Returns (token lists of the non-empty pieces, stats) where stats has
@@ -380,8 +393,10 @@ def encode_files(paths, sustain=True, progress=False):
         stats["files"] += 1
         try:
             tokens = encode(path, stats=stats, sustain=sustain)
-        except (MidiError, OSError) as e:
-            warnings.warn(f"skipping {path}: {e}")
+        except (MidiError, OSError) as e:  # a MidiError's message starts with the path
+            why = (str(e) if isinstance(e, MidiError) else
+                   f"{path}: {'no such file' if isinstance(e, FileNotFoundError) else e.strerror or e}")
+            warn_one_line(f"skipping {why}")
             stats["skipped"] += 1
             continue
         if not tokens:

