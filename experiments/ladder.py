@@ -49,7 +49,7 @@ Budgets (our choices; each is a flag). The paper counts prose EPOCHS (5 after th
   must fit). The step count is the same for N and 3N (the volume conditions differ in unique data only: ~0.8
   epoch over 3N, ~2.4 epochs over N). The `music` condition uses the 3N chunks (it is volume-large).
 - poetry: --poetry-steps (200) steps of 8 x 128 tokens (~205k tokens of the 34M-token Gutenberg Poetry corpus,
-  no repetition; PAPERS.md gives no poetry budget).
+  no repetition; the paper gives no poetry budget).
 - compute-matched: music + poetry + prose steps of the ladder (400 + 200 + 320 = 920 prose steps, ~14 epochs
   of the same subset), evaluated every epoch too.
 - long-run pair: cosine over at most --long-epochs (30) epochs, stopped by train.py --patience (3 epochs

@@ -111,6 +111,15 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     assert (out / "runs" / "prose-ladder-d8-s1" / "summary.json").stat().st_mtime_ns == stamp
     again = json.loads((out / "report.json").read_text())
     assert again["table"] == rep["table"] and again["provenance"] == rep["provenance"]
+    # a copy without the run folders rebuilds the same report from report.json (and details.json's curves)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in ("report.md", "report.json", "details.json"):
+        (copy / f).write_bytes((out / f).read_bytes())
+    ladder.main(["--report-only", "--out", str(copy)])
+    for f in ("report.md", "report.json", "details.json"):
+        assert (copy / f).read_bytes() == (out / f).read_bytes(), f
+    assert (copy / "curves.png").stat().st_size > 0
 
 
 def test_plan_and_presets_train_nothing(tmp_path, capsys):
