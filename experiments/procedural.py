@@ -2,10 +2,11 @@
 Procedural pre-training: the diagnostic table, the additive and substitutive regimes, weight merging.
 Jiang, Shinnick et al., arXiv 2601.21725: a warm-up on algorithmic data helps (Dyck lifts HAYSTACK 10% -> 98%).
 
-The paper's experiments (PAPERS.md section 2) at CPU scale, every run through train.run:
+The paper's experiments (its diagnostic table, semantic regimes and merges) at CPU scale, every run through train.run:
     python experiments/procedural.py --quick          # a few minutes: a smoke version of every part
     python experiments/procedural.py                  # the default sweep (sized below)
     python experiments/procedural.py --report-only    # rebuild report.md/json and PNGs from finished runs
+    python experiments/procedural.py --report-only --out experiments/results/procedural   # from report.json alone
 
 (a) the diagnostic table: rows = no pre-training / each procedural kind / each kind shuffled,
     columns = exact-answer accuracy on each diagnostic task (data/tasks.py), for the transfer
@@ -355,25 +356,34 @@ def run_all(a):
     pre, base, warm = all_runs(a)
     print(f"{len(pre)} pre-training runs, {len(base)} baselines, {len(warm)} runs from a pre-trained or merged model")
     # wave 1: the longest runs first, so the two workers finish together
-    common.run_sweep(sorted(pre, key=lambda r: -r.meta["steps"]) + base, jobs=a.jobs, threads=a.threads)
+    trained = len(common.run_sweep(sorted(pre, key=lambda r: -r.meta["steps"]) + base, jobs=a.jobs,
+                                   threads=a.threads))
     make_merges(a)
     init = lambda r: Path(r.argv[r.argv.index("--init-from") + 1])
     missing = [r.name for r in warm if not init(r).exists()]
     if missing:  # a pre-training run diverged (its diverged.json says why): its dependants cannot run
         print(f"skipped {len(missing)} run(s) whose pre-trained checkpoint does not exist: {', '.join(missing)}")
-    common.run_sweep([r for r in warm if init(r).exists()], jobs=a.jobs, threads=a.threads)  # wave 2
+    trained += len(common.run_sweep([r for r in warm if init(r).exists()], jobs=a.jobs, threads=a.threads))  # wave 2
+    return trained
 
 
 def main(argv=None):
     from experiments.lib import procedural_report as report
     a = parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    if not a.report_only:
-        run_all(a)
-    pre, base, warm = all_runs(a)
-    res = report.analyse(a, pre + base + warm)
-    text = report.write_report(a, res)
+    if a.report_only and report.stored_only(a.out):  # a copy of a report without its run folders
+        print(f"no run folders in {a.out}: rebuilding from its report.json (the flags it was made with)")
+        text = report.rebuild(a.out)
+    else:
+        a.out.mkdir(parents=True, exist_ok=True)
+        if a.report_only:
+            provenance = report.stored_provenance(a.out)
+        else:
+            prov = common.Provenance(a.out, argv)
+            provenance = prov.finish(runs_trained=run_all(a))
+        pre, base, warm = all_runs(a)
+        runs = pre + base + warm
+        text = report.render(a, report.collect(a, runs), len(runs), a.out, provenance)
     print("\n" + text)
     print(f"\nwrote {a.out / 'report.md'}, report.json and the PNGs ({time.time() - t0:.0f} s in all)")
 

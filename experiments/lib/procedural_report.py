@@ -1,12 +1,23 @@
 """
 The analysis, report and figures of experiments/procedural.py (procedural pre-training).
-Jiang, Shinnick et al., arXiv 2601.21725; the paper's claims are quoted in PAPER below.
+Jiang, Shinnick et al., "Procedural Pretraining: Warming Up Language Models with Abstract Data",
+arXiv 2601.21725; the paper's claims are quoted in PAPER below.
 
-analyse(a, runs) reads every finished run (summary.json, metrics.jsonl and, for the diagnostic
-tasks, the final checkpoint: each answer token's teacher-forced accuracy, cached in the run's
-answer_metrics.json) into one dict; write_report(a, res) writes report.md, report.json and the PNGs.
+    records = collect(a, runs)                       # finished runs -> one record each
+    render(a, records, n_planned, out, provenance)   # records -> report.md, report.json, PNGs
+    rebuild(out)                                     # report.json alone -> the same files
+
+collect reads each run's summary.json, metrics.jsonl and, for the diagnostic tasks, its final
+checkpoint (each answer token's teacher-forced accuracy, cached in the run's answer_metrics.json).
+Everything else (the tables, comparisons, verdicts and every figure) follows from the records,
+which report.json keeps as `runs`: `--report-only` on a folder without run folders (a copy of
+experiments/results/procedural) rebuilds the same report from them. A sentence calls a difference
+an effect only through the reading rule: common.compare (Welch p < 0.05 with at least 3 runs per
+side: with 2 seeds no single cell passes it, whatever its p) or, pooled over many cells, the
+paired t-test of procedural_verdicts.paired (p < 0.05 with at least 3 pairs).
 """
 
+import argparse
 import json
 import math
 import statistics
@@ -14,48 +25,36 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.lib.common import write_text as common_write_text  # noqa: E402
 from experiments.lib import common
-from experiments.lib.common import fmt_mean_std, mean_std, welch_p
+from experiments.lib.common import fmt_mean_std, mean_std
+from experiments.lib import procedural_verdicts as pv
 
 SHUFFLED = "-shuffled"
-PAPER = {
-    "haystack": "Dyck pre-training lifts HAYSTACK accuracy from 10% (no pre-training) to 98%",
-    "reversed_addition": "Rule 110 (ECA) pre-training helps reversed addition",
-    "sorting": "SET / UNION pre-training help sorting",
-    "shuffled": "shuffled procedural data (same tokens, structure destroyed) loses the benefit",
-    "layers": "attention layers carry the benefit for structured domains (code, algorithmic tasks), "
-              "MLP layers for natural language",
-    "merge": "attention from one procedural model + MLP from another can combine their benefits",
-    "substitutive": "with a procedural warm-up, 55% (C4), 67% (code), 86% (math) of the semantic data "
-                    "reach the baseline's loss",
-    "additive": "at a fixed semantic budget, a small procedural warm-up (0.1-0.3% of the tokens) lowers the loss",
-}
-PAPER_SUBST = {"prose": 0.55, "code": 0.67, "math": 0.86}  # prose stands in for C4
+PAPER = pv.PAPER
+PAPER_SUBST = pv.PAPER_SUBST
 CLAIM_CELLS = [("dyck", "haystack"), ("eca110", "reversed_addition"), ("set", "sorting"), ("union", "sorting")]
+INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only")  # how a report was made, not what it measured
+FIGURES = ["diagnostic_accuracy.png", "semantic_curves.png", "additive.png"]
 
 
 # ---------------------------------------------------------------------------------------------
-# per-run numbers
+# collect: the finished runs -> records
 
 def answer_metrics(a, folder, task):
     """Exact-answer and per-token accuracy (teacher forcing) on the whole test split, from the
     run's final checkpoint; cached in folder/answer_metrics.json."""
     import torch
     import data
-    from checkpoint import load_checkpoint, stage_file
+    from checkpoint import stage_file
     from data.tasks import answer_accuracy
-    from model import GPT, GPTConfig
+    from experiments.lib.evaluate import stage_model
     path = stage_file(folder, 0, f"task:{task}")
     cache = Path(folder) / "answer_metrics.json"
     if cache.exists():
         out = json.loads(cache.read_text())
         if out.get("checkpoint_mtime") == path.stat().st_mtime:  # not a run trained again since
             return out
-    ck = load_checkpoint(path)
-    model = GPT(GPTConfig(**ck["model_config"]))
-    model.load_state_dict(ck["model"])
-    model.eval()
+    model, _ = stage_model(folder, 0, f"task:{task}")
     corpus = data.load(f"task:{task}", seed=a.data_seed, task_test=a.task_test, task_train=a.task_train)
     S = corpus.info["seq_len"]
     recs = np.asarray(corpus.val).reshape(-1, S).astype(np.int64)
@@ -84,6 +83,8 @@ def record(a, run):
              tokens=st["tokens"], iters=st["iters"])
     if "accuracy" in st:
         r["accuracy"] = st["accuracy"]
+    if run.meta["part"] == "pretrain" and st.get("unigram_val_ppl"):
+        r["unigram_loss"] = math.log(st["unigram_val_ppl"])  # the loss of token counts alone, on the same tokens
     if run.meta["part"] == "task":
         m = answer_metrics(a, run.folder, run.meta["task"])
         r.update(token_accuracy=m["token_accuracy"], exact_recomputed=m["exact_accuracy"])
@@ -91,6 +92,40 @@ def record(a, run):
         ev = sorted((e["iter"], e["val_loss"]) for e in common.read_events(run.folder, "eval"))
         r["curve"] = [[it / st["iters"], v] for it, v in ev]
     return r
+
+
+def collect(a, runs):
+    """The records of every finished (or diverged) run of the plan, each semantic warm-up with the
+    procedural tokens its pre-training run saw."""
+    recs = [r for r in (record(a, run) for run in runs) if r is not None]
+    pre = {(r["row"], r["steps"], r["seed"]): r for r in recs if r["part"] == "pretrain"}
+    for r in recs:
+        if r["part"] == "semantic" and r["kind"] != "none":
+            p = pre.get((r["kind"], r["steps"], r["seed"]))
+            r["procedural_tokens"] = p["tokens"] if p and not p.get("diverged") else None
+    return recs
+
+
+def stored_only(out):
+    """True when OUT holds a report.json but no run folders (a committed copy of a report)."""
+    return (out / "report.json").exists() and not (out / "runs").exists()
+
+
+def stored_provenance(out):
+    """The provenance of a report rebuilt without training: the invocations OUT/provenance.json
+    records, else the one an existing report.json keeps (never the rebuild's own time or machine)."""
+    if (out / "provenance.json").exists():
+        return common.summarize_provenance(json.loads((out / "provenance.json").read_text()))
+    if (out / "report.json").exists():
+        return json.loads((out / "report.json").read_text()).get("provenance")
+    return None
+
+
+def rebuild(out):
+    """report.md, report.json and the PNGs again from OUT/report.json alone: the flags, records and
+    provenance it keeps."""
+    rep = json.loads((out / "report.json").read_text())
+    return render(argparse.Namespace(**rep["settings"]), rep["runs"], rep["n_planned"], out, rep.get("provenance"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,23 +136,18 @@ def values(recs, key, **where):
             and all(r.get(k) == v for k, v in where.items())]
 
 
+def by_seed(recs, key, **where):
+    """{seed: value} of the runs that match (the pairs of a paired test share a seed)."""
+    return {r["seed"]: r[key] for r in recs if not r.get("diverged") and r.get(key) is not None
+            and all(r.get(k) == v for k, v in where.items())}
+
+
 def compare(treat, base, higher_is_better=True):
-    """treat vs base (lists over seeds): means, difference, the larger seed std, Welch p, a verdict."""
-    mt, st, nt = mean_std(treat)
-    mb, sb, nb = mean_std(base)
-    if nt == 0 or nb == 0:
+    """treat against base (values over seeds) by the reading rule (common.compare), with both
+    means; None when a side has no runs."""
+    if not treat or not base:
         return None
-    d = mt - mb
-    spread = max(st if nt > 1 else 0.0, sb if nb > 1 else 0.0)
-    better = d > 0 if higher_is_better else d < 0
-    if nt < 2 or nb < 2:
-        verdict = "one seed: no spread to judge by"
-    elif abs(d) > 2 * spread and d != 0:
-        verdict = ("better" if better else "worse") + " (difference > 2x the seed spread)"
-    else:
-        verdict = "no clear difference (within 2x the seed spread)"
-    return {"treat": mt, "base": mb, "diff": d, "spread": spread, "n": [nt, nb], "p": welch_p(treat, base),
-            "verdict": verdict}
+    return {"treat": mean_std(treat)[0], "base": mean_std(base)[0], **common.compare(treat, base, higher_is_better)}
 
 
 def crossing(curve, target):
@@ -136,7 +166,11 @@ def crossing(curve, target):
 
 
 # ---------------------------------------------------------------------------------------------
-# the analysis
+# the analysis (records -> tables and comparisons)
+
+def task_where(row, mode, task):
+    return dict(part="task", row=row, transfer="none" if row == "none" else mode, task=task)
+
 
 def diagnostic_table(a, tasks_recs, rows):
     """{transfer: {row: {task: {exact: [...], token: [...], loss: [...]}}}}; row 'none' is the same
@@ -149,10 +183,10 @@ def diagnostic_table(a, tasks_recs, rows):
                 continue
             if "+" in row and mode != "full":
                 continue
-            m = "none" if row == "none" else mode
-            tab[mode][row] = {t: {"exact": values(tasks_recs, "accuracy", row=row, transfer=m, task=t),
-                                  "token": values(tasks_recs, "token_accuracy", row=row, transfer=m, task=t),
-                                  "loss": values(tasks_recs, "val_loss", row=row, transfer=m, task=t)}
+            w = lambda t: task_where(row, mode, t)
+            tab[mode][row] = {t: {"exact": values(tasks_recs, "accuracy", **w(t)),
+                                  "token": values(tasks_recs, "token_accuracy", **w(t)),
+                                  "loss": values(tasks_recs, "val_loss", **w(t))}
                               for t in a.tasks}
     return tab
 
@@ -161,6 +195,9 @@ def metric_of(cell_a, cell_b):
     """Exact accuracy, unless both sides are below 1%: then per-token accuracy (said in the report)."""
     mx = max([mean_std(cell_a["exact"])[0], mean_std(cell_b["exact"])[0]], key=lambda v: -1 if math.isnan(v) else v)
     return "exact" if mx >= 0.01 else "token"
+
+
+METRIC_KEY = {"exact": "accuracy", "token": "token_accuracy", "loss": "val_loss"}
 
 
 def claims(a, tab):
@@ -186,7 +223,7 @@ def claims(a, tab):
 
 
 def deltas(a, tab):
-    """Every row against no pre-training, per task, full transfer: {row: {task: (metric, compare)}}."""
+    """Every row against no pre-training, per task, full transfer: {row: {task: {metric, vs_none}}}."""
     full = tab.get("full", {})
     if "none" not in full:
         return {}
@@ -197,6 +234,20 @@ def deltas(a, tab):
             for t in a.tasks:
                 key = metric_of(cells[t], full["none"][t])
                 out[row][t] = {"metric": key, "vs_none": compare(cells[t][key], full["none"][t][key])}
+    return out
+
+
+def shuffled(a, tab):
+    """Each kind against its shuffled control, per task, full transfer: {kind: {task: {metric, vs_shuffled}}}."""
+    full = tab.get("full", {})
+    out = {}
+    for kind in a.controls:
+        if kind in full and kind + SHUFFLED in full:
+            out[kind] = {}
+            for t in a.tasks:
+                real, sh = full[kind][t], full[kind + SHUFFLED][t]
+                key = metric_of(real, sh)
+                out[kind][t] = {"metric": key, "vs_shuffled": compare(real[key], sh[key])}
     return out
 
 
@@ -261,7 +312,7 @@ def semantic(a, sem_recs):
             continue
         conds = sorted({(r["steps"], r["transfer"]) for r in recs if r["kind"] != "none"})
         dd = {"base_final": [base[s]["val_loss"] for s in sorted(base)],
-              "base_curves": {s: base[s]["curve"] for s in sorted(base)}, "conditions": []}
+              "base_curves": {str(s): base[s]["curve"] for s in sorted(base)}, "conditions": []}
         for steps, mode in conds:
             rs = {r["seed"]: r for r in recs if r["steps"] == steps and r["transfer"] == mode}
             seeds = sorted(set(rs) & set(base))
@@ -269,35 +320,97 @@ def semantic(a, sem_recs):
                  "procedural_tokens": rs[seeds[0]].get("procedural_tokens") if seeds else None,
                  "final": [rs[s]["val_loss"] for s in seeds],
                  "diff": [rs[s]["val_loss"] - base[s]["val_loss"] for s in seeds],
-                 "curves": {s: rs[s]["curve"] for s in seeds}}
+                 "curves": {str(s): rs[s]["curve"] for s in seeds}}
             c["vs_base"] = compare(c["final"], [base[s]["val_loss"] for s in seeds], higher_is_better=False)
             if mode == "full" and steps == a.pretrain_steps:
                 cross = [crossing(rs[s]["curve"], base[s]["val_loss"]) for s in seeds]
                 c["substitutive"] = [{"share": f, "qualifier": q} for f, q in cross]
                 reached = [f for f, q in cross if f is not None]
-                c["substitutive_mean"] = mean_std(reached) if len(reached) == len(cross) and cross else None
+                c["substitutive_mean"] = list(mean_std(reached)) if len(reached) == len(cross) and cross else None
             dd["conditions"].append(c)
         out[d] = dd
     return out
 
 
-def analyse(a, runs):
-    recs = [r for r in (record(a, run) for run in runs) if r is not None]
+def pretrain_losses(recs):
+    """{row-P<steps>: {val_loss: [...], unigram_loss: [...], tokens}} over seeds: how far each
+    procedural pre-training got below the loss of its token counts alone (nats per loss token)."""
+    out = {}
+    for r in recs:
+        if r["part"] == "pretrain" and not r.get("diverged"):
+            e = out.setdefault(f"{r['row']}-P{r['steps']}", {"row": r["row"], "steps": r["steps"], "val_loss": [],
+                                                             "unigram_loss": [], "tokens": r["tokens"]})
+            e["val_loss"].append(r["val_loss"])
+            if r.get("unigram_loss") is not None:
+                e["unigram_loss"].append(r["unigram_loss"])
+    return out
+
+
+def analyse(a, recs):
+    """Every table and comparison of the report, from the records alone."""
     pre = {(r["row"], r["steps"], r["seed"]): r for r in recs if r["part"] == "pretrain"}
-    for r in recs:  # the procedural tokens behind each semantic warm-up
-        if r["part"] == "semantic" and r["kind"] != "none":
-            p = pre.get((r["kind"], r["steps"], r["seed"]))
-            r["procedural_tokens"] = p["tokens"] if p and not p.get("diverged") else None
     tasks_recs = [r for r in recs if r["part"] == "task"]
     merge_rows = [f"attn-{m[0]}+mlp-{m[1]}" for m in a.merges]
     rows = ["none"] + a.kinds + [k + SHUFFLED for k in a.controls] + merge_rows
     tab = diagnostic_table(a, tasks_recs, rows)
-    return {"runs": recs, "table": tab, "claims": claims(a, tab), "layers_tasks": layers_on_tasks(a, tab),
-            "sizes": size_table(a, tasks_recs), "deltas": deltas(a, tab),
-            "merges": merges(a, tab), "semantic": semantic(a, [r for r in recs if r["part"] == "semantic"]),
-            "pretrain": {f"{k[0]}-P{k[1]}-s{k[2]}": {"val_loss": r.get("val_loss"), "tokens": r.get("tokens")}
-                         for k, r in pre.items()},
-            "seconds": sum(r.get("seconds") or 0 for r in recs), "n_runs": len(recs), "n_planned": len(runs)}
+    res = {"runs": recs, "table": tab, "claims": claims(a, tab), "layers_tasks": layers_on_tasks(a, tab),
+           "sizes": size_table(a, tasks_recs), "deltas": deltas(a, tab), "shuffled": shuffled(a, tab),
+           "merges": merges(a, tab), "semantic": semantic(a, [r for r in recs if r["part"] == "semantic"]),
+           "pretrain": {f"{k[0]}-P{k[1]}-s{k[2]}": {"val_loss": r.get("val_loss"), "tokens": r.get("tokens")}
+                        for k, r in pre.items()},
+           "pretrain_losses": pretrain_losses(recs),
+           "seconds": sum(r.get("seconds") or 0 for r in recs), "n_runs": len(recs)}
+    res["pooled"] = pooled_tests(a, res)
+    return res
+
+
+def paired(pairs, higher_is_better=True):
+    """Treat against base over pairs of runs that share a cell and a seed, by a paired t-test
+    (scipy.stats.ttest_rel on treat - base): clear when p < common.ALPHA with at least common.MIN_N
+    pairs, the reading rule's threshold. Returns common.compare's keys (n = the number of pairs)."""
+    from scipy import stats
+    pts = [(t, b) for t, b in pairs if math.isfinite(t) and math.isfinite(b)]
+    d = [t - b for t, b in pts]
+    diff = sum(d) / len(d) if d else float("nan")
+    p = None
+    if len(d) >= 2 and max(d) > min(d):  # no spread of the differences: nothing to test
+        p = float(stats.ttest_rel([t for t, _ in pts], [b for _, b in pts]).pvalue)
+    clear = p is not None and p < common.ALPHA and len(d) >= common.MIN_N
+    return {"diff": diff, "p": p, "n": len(d), "clear": clear,
+            "better": None if not clear else (diff > 0) == higher_is_better}
+
+
+def pooled_tests(a, res):
+    """The claims that span many cells, each by one paired test over its cells and seeds: every kind
+    against its shuffled control (full transfer, each task's metric), attention-only against MLP-only
+    transfer on the diagnostics, and each additive warm-up size against the same seed's baseline,
+    pooled over the semantic domains."""
+    recs = res["runs"]
+
+    def pairs_of(cells):
+        out = []
+        for treat, base, key in cells:
+            t, b = by_seed(recs, key, **treat), by_seed(recs, key, **base)
+            out += [(t[s], b[s]) for s in sorted(set(t) & set(b))]
+        return out
+    out = {}
+    sh = [(task_where(k, "full", t), task_where(k + SHUFFLED, "full", t), METRIC_KEY[x["metric"]])
+          for k, cells in res["shuffled"].items() for t, x in cells.items()]
+    if sh:
+        out["real_vs_shuffled"] = dict(paired(pairs_of(sh)), cells=len(sh))
+    lt = [(task_where(x["row"], "attn", x["task"]), task_where(x["row"], "mlp", x["task"]), METRIC_KEY[x["metric"]])
+          for x in res["layers_tasks"]]
+    if lt:
+        out["attn_vs_mlp_tasks"] = dict(paired(pairs_of(lt)), cells=len(lt))
+    additive = {}
+    for steps in a.additive_steps:
+        pairs = [(f, f - d) for dd in res["semantic"].values() for c in dd["conditions"]
+                 if c["steps"] == steps and c["transfer"] == "full" for f, d in zip(c["final"], c["diff"])]
+        if pairs:
+            additive[str(steps)] = paired(pairs, higher_is_better=False)
+    if additive:
+        out["additive"] = additive
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,23 +420,47 @@ def pct(xs):
     return fmt_mean_std([100 * x for x in xs], "{:.1f}")
 
 
+def says(c):
+    """What the reading rule allows: 'better (p, n)', 'worse (p, n)' or 'no clear difference (p, n)'."""
+    return common.reading(c, "better", "worse")
+
+
 def fmt_cmp(c, scale=100, unit="pts"):
     if c is None:
         return "not run"
-    p = f", p = {c['p']:.3f}" if c["p"] is not None else ""
-    return (f"{scale * c['treat']:.1f} vs {scale * c['base']:.1f} ({scale * c['diff']:+.1f} {unit}{p}; "
-            f"{c['verdict']})") if scale != 1 else (
-            f"{c['treat']:.3f} vs {c['base']:.3f} ({c['diff']:+.3f} nats{p}; {c['verdict']})")
+    if scale == 1:
+        return f"{c['treat']:.3f} vs {c['base']:.3f} ({c['diff']:+.3f} nats; {says(c)})"
+    return f"{scale * c['treat']:.1f} vs {scale * c['base']:.1f} ({scale * c['diff']:+.1f} {unit}; {says(c)})"
 
 
-def table_md(a, tab, mode, key, title):
-    rows = tab.get(mode, {})
+def fmt_delta(c, token=False):
+    """A table cell: the difference in points and its p; bold only when the reading rule calls it clear."""
+    if c is None:
+        return "-"
+    cell = f"{100 * c['diff']:+.1f}{' t' if token else ''} ({common.fmt_p(c['p'])})"
+    return f"**{cell}**" if c["clear"] else cell
+
+
+def pretrain_cell(res, row, steps):
+    """'3.68 ± 0.06 (4.85)': the pre-training val loss over seeds and its unigram loss."""
+    e = res["pretrain_losses"].get(f"{row}-P{steps}")
+    if not e:
+        return "-"
+    uni = mean_std(e["unigram_loss"])[0] if e["unigram_loss"] else None
+    return fmt_mean_std(e["val_loss"], "{:.2f}") + (f" ({uni:.2f})" if uni is not None else " (-)")
+
+
+def table_md(a, res, mode, key, title, with_pretrain=False):
+    rows = res["table"].get(mode, {})
     if not rows:
         return []
-    lines = [f"#### {title}", "", "| pre-training | " + " | ".join(a.tasks) + " |", "|---|" + "---|" * len(a.tasks)]
+    extra = " pre-training val loss (unigram) |" if with_pretrain else ""
+    lines = [f"#### {title}", "", "| pre-training | " + " | ".join(a.tasks) + " |" + extra,
+             "|---|" + "---|" * (len(a.tasks) + bool(with_pretrain))]
     fmt = (lambda xs: fmt_mean_std(xs, "{:.3f}")) if key == "loss" else pct
     for row, cells in rows.items():
-        lines.append(f"| {row} | " + " | ".join(fmt(cells[t][key]) if cells[t][key] else "-" for t in a.tasks) + " |")
+        lines.append(f"| {row} | " + " | ".join(fmt(cells[t][key]) if cells[t][key] else "-" for t in a.tasks) + " |"
+                     + (f" {pretrain_cell(res, row, a.pretrain_steps)} |" if with_pretrain else ""))
     return lines + [""]
 
 
@@ -350,22 +487,51 @@ def claim_lines(res):
     return lines
 
 
+def verdict_table(verdict_list):
+    return (["| claim | paper | ours | test | verdict |", "|---|---|---|---|---|"]
+            + [f"| {v['claim']} | {v['paper']} | {v['ours']} | {v['test']} | {v['verdict']} |" for v in verdict_list])
+
+
+def pooled_lines(res):
+    """The pooled paired tests in words (the reading rule's words)."""
+    p, lines = res["pooled"], []
+    if "real_vs_shuffled" in p:
+        c = p["real_vs_shuffled"]
+        lines.append(f"- Real against shuffled pre-training (full transfer), paired over {c['cells']} (kind, task) "
+                     f"cells x seeds: {100 * c['diff']:+.1f} points on average, {says(c)}.")
+    if "attn_vs_mlp_tasks" in p:
+        c = p["attn_vs_mlp_tasks"]
+        lines.append(f"- Attention-only against MLP-only transfer on the diagnostics, paired over {c['cells']} "
+                     f"(kind, task) cells x seeds: {100 * c['diff']:+.1f} points on average, {says(c)}.")
+    for steps, c in p.get("additive", {}).items():
+        lines.append(f"- Warm-up of {steps} steps (full transfer) against the same seed's baseline, paired over the "
+                     f"semantic domains x seeds: {c['diff']:+.3f} nats on average, "
+                     f"{common.reading(c, 'lowers the loss', 'raises the loss')}.")
+    return lines
+
+
 def semantic_lines(a, res):
     sem = res["semantic"]
     if not sem:
         return []
+    conds = next(iter(sem.values()))["conditions"]
     lines = ["## (b) Semantic domains", "",
              f"Warm-up: procedural:{a.sem_kind}; final validation loss (nats/token, GPT-2 BPE) after "
              f"{a.sem_steps} steps x {a.sem_batch} x {a.sem_block} tokens = 100% of the semantic budget; "
-             "difference to the baseline of the same seed (negative = the warm-up helps).", "",
-             "| domain | baseline | " + " | ".join(f"P = {c['steps']} ({c['transfer']})" for c in
-                                                     next(iter(sem.values()))["conditions"]) + " |",
-             "|---|---|" + "---|" * len(next(iter(sem.values()))["conditions"])]
+             "difference to the baseline of the same seed (negative = lower loss after the warm-up); the reading "
+             "of each against the baseline's runs below the table.", "",
+             "| domain | baseline | " + " | ".join(f"P = {c['steps']} ({c['transfer']})" for c in conds) + " |",
+             "|---|---|" + "---|" * len(conds)]
     for d, dd in sem.items():
         lines.append(f"| {d} | {fmt_mean_std(dd['base_final'])} | " +
                      " | ".join(fmt_mean_std(c["diff"], "{:+.3f}") for c in dd["conditions"]) + " |")
+    lines.append("")
+    for d, dd in sem.items():
+        lines.append(f"- {d}: " + "; ".join(
+            f"P = {c['steps']} ({c['transfer']}) {common.reading(c['vs_base'], 'lowers the loss', 'raises the loss')}"
+            for c in dd["conditions"] if c["vs_base"]) + ".")
     lines += ["", "Procedural tokens per warm-up (steps x rows x tokens per row, seen): " +
-              ", ".join(f"P = {c['steps']}: {c['procedural_tokens']:,}" for c in next(iter(sem.values()))["conditions"]
+              ", ".join(f"P = {c['steps']}: {c['procedural_tokens']:,}" for c in conds
                         if c["transfer"] == "full" and c["procedural_tokens"]) + ".", "",
               "#### Substitutive regime: the share of the semantic budget at which the warmed-up model "
               f"(P = {a.pretrain_steps}, full) reaches the baseline's final loss", "",
@@ -398,61 +564,78 @@ def semantic_lines(a, res):
     return lines
 
 
-def write_report(a, res):
-    out = a.out
-    tab = res["table"]
-    lines = [f"# Procedural pre-training{' (--quick)' if a.quick else ''}", "",
-             "Jiang, Shinnick et al., arXiv 2601.21725 (PAPERS.md section 2). Paper's claims: " +
+def diagnostic_lines(a, res):
+    lines = ["## (a) The diagnostic table", "",
+             "Exact-answer accuracy (%, greedy decoding of the whole answer) on the test split; per-token "
+             "accuracy (%, teacher-forced argmax on each answer token) where exact answers are out of reach at "
+             "this budget; the answer loss (nats per answer token) in report.json. The last column of the first "
+             "table: each pre-training run's final validation loss (nats per loss token: the answer spans, every "
+             "token of Dyck) over seeds, and in brackets the loss of its token counts alone (the unigram loss of "
+             "the same tokens).", ""]
+    for i, mode in enumerate(a.transfers):
+        lines += table_md(a, res, mode, "exact", f"Exact-answer accuracy, {mode} transfer", with_pretrain=i == 0)
+    for mode in a.transfers:
+        lines += table_md(a, res, mode, "token", f"Per-token answer accuracy, {mode} transfer")
+    note = ("Difference in points of exact-answer accuracy, or of per-token accuracy (marked t) where both sides "
+            "are below 1% exact, with Welch's p; bold = a clear difference by the reading rule (p < 0.05 with at "
+            "least 3 runs per side)" + (f": with {a.seeds} seed(s) no cell can be one." if a.seeds < common.MIN_N
+                                        else "."))
+    if res["deltas"]:
+        lines += ["#### Every row against no pre-training (full transfer)", "", note, "",
+                  "| pre-training | " + " | ".join(a.tasks) + " |", "|---|" + "---|" * len(a.tasks)]
+        for row, cells in res["deltas"].items():
+            lines.append(f"| {row} | " + " | ".join(fmt_delta(cells[t]["vs_none"], cells[t]["metric"] == "token")
+                                                    for t in a.tasks) + " |")
+        lines.append("")
+    if res["shuffled"]:
+        lines += ["#### Each kind against its shuffled control (full transfer)", "", note.replace("no pre-training",
+                  "the shuffled control"), "",
+                  "| pre-training | " + " | ".join(a.tasks) + " |", "|---|" + "---|" * len(a.tasks)]
+        for kind, cells in res["shuffled"].items():
+            lines.append(f"| {kind} vs {kind}{SHUFFLED} | " + " | ".join(
+                fmt_delta(cells[t]["vs_shuffled"], cells[t]["metric"] == "token") for t in a.tasks) + " |")
+        lines.append("")
+    for t, cells in res["sizes"].items():
+        lines += [f"#### {a.sem_kind} pre-training size -> {t} (full transfer)", "",
+                  "| pre-training steps | tokens seen | pre-training val loss (unigram) | exact accuracy (%) | "
+                  "per-token accuracy (%) | answer loss |", "|---|---|---|---|---|---|"]
+        for p, c in cells:
+            e = res["pretrain_losses"].get(f"{a.sem_kind}-P{p}")
+            tok = e["tokens"] if e else None
+            lines.append(f"| {p} | {f'{tok:,}' if tok else '-'} | {pretrain_cell(res, a.sem_kind, p)} | "
+                         f"{pct(c['exact']) if c['exact'] else '-'} | {pct(c['token']) if c['token'] else '-'} | "
+                         f"{fmt_mean_std(c['loss']) if c['loss'] else '-'} |")
+        lines.append("")
+    return lines
+
+
+def markdown(a, res, verdict_list, provenance):
+    lines = [f"# Procedural pre-training{' (--quick)' if a.quick else ''}", "", common.provenance_line(provenance), "",
+             f"Jiang, Shinnick et al., \"{pv.SOURCE['title']}\", arXiv {pv.SOURCE['arxiv']}. Paper's claims: " +
              "; ".join(PAPER[k] for k in ("haystack", "reversed_addition", "sorting", "shuffled", "layers")) + ".", "",
-             f"Hardware: {common.hardware()}. {res['n_runs']} of {res['n_planned']} runs finished; "
-             f"{res['seconds'] / 60:.1f} min of training summed over runs (train.run's seconds; with --jobs "
-             f"{a.jobs} the wall time is about that / {a.jobs}).", "",
+             f"{res['n_runs']} of {res['n_planned']} runs finished; {res['seconds'] / 60:.1f} min of training summed "
+             "over runs (train.run's seconds).", "",
              f"Settings: {a.n_layer} layers, {a.n_head} heads, d = {a.n_embd} (the authors' diagnostic model), context "
              f"{a.context}; pre-training {a.pretrain_steps} steps x {a.batch_size} rows, lr {a.lr:g} cosine; diagnostics "
              f"{a.task_steps} steps x {a.batch_size} records, lr {a.lr:g}, accuracy on {a.task_test} test records "
              f"(the authors: 10,000 steps x 1000 records); seeds 0..{a.seeds - 1} (mean ± std over seeds). Transfer: "
              f"full = {a.full_groups} with the embedding rows = the mean of the pre-trained rows (the authors' "
-             "'everything'); attn / mlp = that group only, fresh embeddings (the authors' code).", ""]
-    lines += ["## The paper's claims beside ours", ""] + claim_lines(res) + [""]
+             "'everything'); attn / mlp = that group only, fresh embeddings (the authors' code).", "",
+             "## The paper's claims beside ours", "",
+             "A difference is clear only when Welch's p < 0.05 with at least 3 runs on each side, or when a paired "
+             "t-test pooled over cells and seeds gives p < 0.05 with at least 3 pairs."
+             + (f" This run has {a.seeds} seed(s) per cell, so no single cell can pass the rule, whatever its p; "
+                "only the pooled tests can." if a.seeds < common.MIN_N else ""), ""]
+    lines += verdict_table(verdict_list) + [""]
+    lines += ["Pooled tests (paired t-tests, scipy.stats.ttest_rel; n = pairs):", ""] + (pooled_lines(res) or ["- none in this run"]) + [""]
+    lines += ["Cell by cell:", ""] + claim_lines(res) + [""]
     lt = res["layers_tasks"]
     if lt:
         lines += ["Attention-only vs MLP-only transfer on the diagnostics (paper: attention carries the algorithmic "
                   "benefit):", ""]
         lines += [f"- {x['row']} on {x['task']} ({'exact' if x['metric'] == 'exact' else 'per-token'}): attn vs mlp "
                   f"{fmt_cmp(x['attn_vs_mlp'])}" for x in lt] + [""]
-    lines += ["## (a) The diagnostic table", "",
-              "Exact-answer accuracy (%, greedy decoding of the whole answer) on the test split; per-token "
-              "accuracy (%, teacher-forced argmax on each answer token) where exact answers are out of reach at "
-              "this budget; the answer loss (nats per answer token) in report.json.", ""]
-    for mode in a.transfers:
-        lines += table_md(a, tab, mode, "exact", f"Exact-answer accuracy, {mode} transfer")
-    for mode in a.transfers:
-        lines += table_md(a, tab, mode, "token", f"Per-token answer accuracy, {mode} transfer")
-    if res["deltas"]:
-        lines += ["#### Every row against no pre-training (full transfer)", "",
-                  "Difference in points of exact-answer accuracy, or of per-token accuracy (marked t) where both "
-                  "sides are below 1% exact; * = more than twice the seed spread.", "",
-                  "| pre-training | " + " | ".join(a.tasks) + " |", "|---|" + "---|" * len(a.tasks)]
-        for row, cells in res["deltas"].items():
-            def cell(x):
-                c = x["vs_none"]
-                if c is None:
-                    return "-"
-                star = "*" if c["verdict"].startswith(("better", "worse")) else ""
-                return f"{100 * c['diff']:+.1f}{' t' if x['metric'] == 'token' else ''}{star}"
-            lines.append(f"| {row} | " + " | ".join(cell(cells[t]) for t in a.tasks) + " |")
-        lines.append("")
-    for t, cells in res["sizes"].items():
-        pre_tok = {k: v["tokens"] for k, v in res["pretrain"].items()}
-        lines += [f"#### {a.sem_kind} pre-training size -> {t} (full transfer)", "",
-                  "| pre-training steps | tokens seen | exact accuracy (%) | per-token accuracy (%) | answer loss |",
-                  "|---|---|---|---|---|"]
-        for p, c in cells:
-            tok = pre_tok.get(f"{a.sem_kind}-P{p}-s0")
-            lines.append(f"| {p} | {f'{tok:,}' if tok else '-'} | {pct(c['exact']) if c['exact'] else '-'} | "
-                         f"{pct(c['token']) if c['token'] else '-'} | "
-                         f"{fmt_mean_std(c['loss']) if c['loss'] else '-'} |")
-        lines.append("")
+    lines += diagnostic_lines(a, res)
     lines += semantic_lines(a, res)
     if res["merges"]:
         lines += ["## (c) Weight merging", "",
@@ -461,74 +644,37 @@ def write_report(a, res):
         for x in res["merges"]:
             lines.append(f"| {x['merge']} | {x['task']} ({x['metric']}) | {pct(x['merged'])} | " +
                          " | ".join(pct(v) for v in x["alone"].values()) + " |")
-        lines.append("")
-    lines += ["## Honest reading", "", reading(a, res), "",
+        lines += ["", "Merged against no pre-training: " + "; ".join(
+            f"{x['task']} {says(x['vs']['none'])}" for x in res["merges"] if x["vs"].get("none")) + ".", ""]
+    lines += ["## What differs from the paper", "", pv.regime(a, provenance)
+              + (" This --quick run is a smoke test of the pipeline (one seed, tens of steps): it does not test the "
+                 "claims." if a.quick else ""), "",
               "Figures: `diagnostic_accuracy.png` (the tables as heat maps), `semantic_curves.png` (validation "
               "loss against the share of the semantic budget), `additive.png` (loss change against procedural "
-              "tokens). Every run's numbers and flags: `report.json`; the runs: `runs/<name>/`.", ""]
-    text = "\n".join(lines)
-    common_write_text(out / "report.md", text)
-    settings = common.settings_json(a)
-    common.write_json(out / "report.json", {"paper": PAPER, "paper_substitutive": PAPER_SUBST, "settings": settings,
-                                            "hardware": common.hardware(), **res})
-    plot_all(a, res)
+              "tokens). Every run's numbers and flags: `report.json`.", ""]
+    return "\n".join(lines)
+
+
+def render(a, recs, n_planned, out, provenance):
+    """Write report.md, report.json and the PNGs from the records; returns report.md. Nothing here
+    reads the run folders, the clock or the machine."""
+    res = analyse(a, recs)
+    res["n_planned"] = n_planned
+    verdict_list = pv.verdicts(a, res)
+    text = markdown(a, res, verdict_list, provenance)
+    settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
+    common.write_text(out / "report.md", text)
+    common.write_json(out / "report.json", {
+        "source": pv.SOURCE, "regime": pv.regime(a, provenance), "figures": FIGURES, "verdicts": verdict_list,
+        "provenance": provenance, "paper": PAPER, "paper_substitutive": PAPER_SUBST, "settings": settings, **res})
+    plot_all(a, res, out)
     return text
-
-
-def reading(a, res):
-    """A plain paragraph: which claims our numbers support, which they do not, and why that may be."""
-    clear = lambda c: c is not None and c["verdict"].startswith("better")
-    s = []
-    for c in res["claims"]:
-        what = f"{c['kind']} -> {c['task']} ({'exact' if c['metric'] == 'exact' else 'per-token'} accuracy)"
-        if clear(c["vs_none"]):
-            sh = c.get("kind_vs_shuffled")
-            s.append(f"{what}: a benefit over no pre-training" + (
-                "; the shuffled control loses it, as in the paper." if clear(sh) else
-                "; the shuffled control does not clearly lose it." if sh else "."))
-        elif c["vs_none"] is not None and c["vs_none"]["verdict"].startswith("worse"):
-            s.append(f"{what}: worse than no pre-training, the opposite of the paper's claim.")
-        else:
-            s.append(f"{what}: no clear difference from no pre-training.")
-    ups = [f"{r} on {t} ({100 * x['vs_none']['diff']:+.1f} pts{' per-token' if x['metric'] == 'token' else ''})"
-           for r, cells in res["deltas"].items() for t, x in cells.items() if clear(x["vs_none"])]
-    downs = [f"{r} on {t}" for r, cells in res["deltas"].items() for t, x in cells.items()
-             if x["vs_none"] and x["vs_none"]["verdict"].startswith("worse")]
-    if res["deltas"]:
-        s.append("Across the whole table (full transfer), clear gains over no pre-training: " + (", ".join(ups) or "none")
-                 + "; clear losses: " + (", ".join(downs) or "none") + ".")
-    lt = res["layers_tasks"]
-    if lt:
-        att = sum(1 for x in lt if clear(x["attn_vs_mlp"]))
-        mlp = sum(1 for x in lt if x["attn_vs_mlp"] and x["attn_vs_mlp"]["verdict"].startswith("worse"))
-        s.append(f"Attention-only vs MLP-only transfer on the diagnostics: attention clearly better in {att}, MLP in "
-                 f"{mlp}, of {len(lt)} (kind, task) cells.")
-    for d, dd in res["semantic"].items():
-        c = next((c for c in dd["conditions"] if c.get("substitutive") is not None), None)
-        if c and c["vs_base"]:
-            m = c.get("substitutive_mean")
-            share = (f"reaches the baseline's loss with {100 * m[0]:.0f}% of the data" if m else
-                     "does not reach the baseline's loss within 100% of the data in at least one seed (each seed in the "
-                     "substitutive table)")
-            s.append(f"{d}: the {a.sem_kind} warm-up changes the final loss by {c['vs_base']['diff']:+.3f} nats "
-                     f"({c['vs_base']['verdict']}) and {share}"
-                     + (f" (paper: {100 * PAPER_SUBST[d]:.0f}%)." if d in PAPER_SUBST else "."))
-    s.append(f"Scale differs from the paper's: {a.pretrain_steps} pre-training steps of a d = {a.n_embd} model that "
-             f"stays far from solving its procedural task, {a.task_steps} diagnostic steps of {a.batch_size} records "
-             "(the authors train 10,000 steps of 1000 records), "
-             f"{a.seeds} seed(s); and for the semantic domains a {a.n_layer}-layer d = {a.n_embd} model on "
-             f"{a.sem_steps * a.sem_batch * a.sem_block:,} tokens instead of GPT-2-sized models on billions, with "
-             "procedural tokens that outnumber the semantic ones (the paper's are 0.1-0.3%). With 2 seeds the "
-             "verdicts ask for a difference above twice the seed spread; Welch p-values are given but weak.")
-    if a.quick:
-        s.append("This --quick run is a smoke test of the pipeline (one seed, tens of steps): it does not test the claims.")
-    return " ".join(s)
 
 
 # ---------------------------------------------------------------------------------------------
 # figures
 
-def plot_all(a, res):
+def plot_all(a, res, out):
     plt = common.pyplot()
     tab = res["table"]
     panels = [(mode, key) for key in ("exact", "token") for mode in a.transfers if tab.get(mode)]
@@ -553,7 +699,7 @@ def plot_all(a, res):
                                 color="k" if m[i, j] > 0.6 * np.nanmax(m) else "w")
             ax.set_title(f"{key} accuracy (%), {mode}", fontsize=9)
         fig.tight_layout()
-        common.save_figure(fig, a.out / "diagnostic_accuracy.png")
+        common.save_figure(fig, out / "diagnostic_accuracy.png")
     sem = res["semantic"]
     if sem:
         fig, axes = plt.subplots(1, len(sem), figsize=(4.5 * len(sem), 3.6), squeeze=False)
@@ -573,7 +719,7 @@ def plot_all(a, res):
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
         fig.tight_layout()
-        common.save_figure(fig, a.out / "semantic_curves.png")
+        common.save_figure(fig, out / "semantic_curves.png")
         fig, ax = plt.subplots(figsize=(5, 3.6))
         for d, dd in sem.items():
             cs = [c for c in dd["conditions"] if c["transfer"] == "full" and c["procedural_tokens"]]
@@ -588,4 +734,4 @@ def plot_all(a, res):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        common.save_figure(fig, a.out / "additive.png")
+        common.save_figure(fig, out / "additive.png")
