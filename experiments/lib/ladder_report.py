@@ -245,7 +245,19 @@ def fmt_ppl(records, c):
     return common.fmt_mean_std(values(records, c["x"], c["width"], c["metric"]), "{:.1f}")
 
 
-def verdicts(records):
+def head_start(records, unigram):
+    """The widths where random init after the first prose epoch is still above the prose unigram
+    perplexity (a model that knows only the token frequencies): part of a first-epoch gain there is
+    a head start on them."""
+    if unigram is None:
+        return "; the prose unigram perplexity is not in the records"
+    above = [f"d{w}" for w in widths_of(records, "random")
+             if common.mean_std(values(records, "random", w, "ppl_first_epoch"))[0] > unigram]
+    return (f"; random init after the first epoch is still above the prose unigram perplexity {unigram:.1f} at "
+            f"{', '.join(above)} (part of a gain there is a head start on token frequencies)") if above else ""
+
+
+def verdicts(records, unigram=None):
     """report.json's `verdicts`: one entry per claim of the paper, each cell of it tested by Welch's t-test."""
     out = []
     for claim, paper, pairs, metric, widths, direction in CLAIMS:
@@ -260,6 +272,8 @@ def verdicts(records):
                          for label, c, _ in cells)
         if v == "partly":
             ours += " (" + ", ".join(f"{label}: {vd}" for label, _, vd in cells) + ")"
+        if metric == "ppl_first_epoch":
+            ours += head_start(records, unigram)
         ns = {common.fmt_n(c) for _, c, _ in cells}
         test = ("Welch " + ", ".join(f"{label} {common.fmt_p(c['p'])}" for label, c, _ in cells)
                 + (f"; {ns.pop()} each" if len(ns) == 1 else "; " + ", ".join(common.fmt_n(c) for _, c, _ in cells)))
@@ -487,7 +501,7 @@ def render(a, data, details, out, provenance):
     """Write report.md, report.json, the PNGs and (with details) details.json from the records;
     returns report.md. Nothing here reads the run folders, the clock or the machine."""
     records = data["runs"]
-    rows, comps, verdict_list = table(a, records), comparisons(a, records), verdicts(records)
+    rows, comps, verdict_list = table(a, records), comparisons(a, records), verdicts(records, data["prose_unigram_ppl"])
     text = markdown(a, data, rows, comps, verdict_list, provenance)
     settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
     common.write_json(out / "report.json", {
