@@ -186,7 +186,9 @@ def loop_profile(steps=60):
     each timed alone over `steps` steps, and the whole train.run step from its own log."""
     import numpy as np
     import train
+    from batches import get_batch, row_generators
     from data.common import Corpus
+    from flags import parse_args
     torch.manual_seed(0)
     V, B, T = 102, 32, 64
     cfg = GPTConfig(block_size=T, vocab_size=V, n_layer=2, n_head=4, n_embd=16)
@@ -196,7 +198,7 @@ def loop_profile(steps=60):
     corpus = Corpus("bench", V, rows.reshape(-1), rows.reshape(-1), str, info={"seq_len": T + 1},
                     train_mask=np.ones(rows.size, np.uint8), val_mask=np.ones(rows.size, np.uint8))
     dev = torch.device("cpu")
-    x, y, m = train.get_batch(corpus, "train", B, T, [0, 0, 0], 0, 1, dev)
+    x, y, m = get_batch(corpus, "train", B, T, [0, 0, 0], 0, 1, dev)
 
     def timed(fn):
         fn()
@@ -212,8 +214,8 @@ def loop_profile(steps=60):
         opt.zero_grad(set_to_none=True)
     parts = {
         "bare step (forward, backward, AdamW)": timed(bare),
-        "batch assembly (get_batch)": timed(lambda i=0: train.get_batch(corpus, "train", B, T, [0, 0, i], 0, 1, dev)),
-        "per-row generators (MIR/MDLM only)": timed(lambda i=0: train.row_generators([0, 0, i], 0, B)),
+        "batch assembly (get_batch)": timed(lambda i=0: get_batch(corpus, "train", B, T, [0, 0, i], 0, 1, dev)),
+        "per-row generators (MIR/MDLM only)": timed(lambda i=0: row_generators([0, 0, i], 0, B)),
         "gradient clipping": None, "loss .item() + grad-norm .item()": None,
     }
     bare()
@@ -228,10 +230,10 @@ def loop_profile(steps=60):
         orig = data.load
         data.load = lambda name, **kw: corpus
         try:
-            train.run(train.parse_args(["--stages", "prose", "--iters", str(steps + 20), "--n-layer", "2",
-                                        "--n-embd", "16", "--n-head", "4", "--batch-size", str(B), "--block-size",
-                                        str(T), "--log-interval", str(steps // 3), "--eval-interval", "100000",
-                                        "--eval-iters", "1", "--no-progress", "--out", d, "--dtype", "float32"]))
+            train.run(parse_args(["--stages", "prose", "--iters", str(steps + 20), "--n-layer", "2",
+                                  "--n-embd", "16", "--n-head", "4", "--batch-size", str(B), "--block-size",
+                                  str(T), "--log-interval", str(steps // 3), "--eval-interval", "100000",
+                                  "--eval-iters", "1", "--no-progress", "--out", d, "--dtype", "float32"]))
         finally:
             data.load = orig
         ev = [json.loads(l) for l in open(Path(d) / "metrics.jsonl") if '"train"' in l]
@@ -321,12 +323,13 @@ def loss_curves(steps, out):
     losses, final val loss and seconds for each."""
     import json
     import train
+    from flags import parse_args
     curves = {}
     for dtype in ("float32", "auto"):
         folder = Path(out) / dtype
-        res = train.run(train.parse_args(["--stages", "prose", "--iters", str(steps), "--log-interval", "1",
-                                          "--eval-interval", str(steps), "--dtype", dtype, "--no-progress",
-                                          "--out", str(folder)]))
+        res = train.run(parse_args(["--stages", "prose", "--iters", str(steps), "--log-interval", "1",
+                                    "--eval-interval", str(steps), "--dtype", dtype, "--no-progress",
+                                    "--out", str(folder)]))
         losses = [json.loads(l)["loss"] for l in open(folder / "metrics.jsonl") if '"train"' in l]
         curves[dtype] = (losses, res["stages"][0]["val_loss"], res["seconds"])
     return curves

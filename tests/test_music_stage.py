@@ -6,10 +6,15 @@ import mido
 import numpy as np
 import pytest
 
+import torch
+
 import data
 import train
+import transfer
 from data import music
 from data.common import select_chunks
+from flags import parse_args
+from model import group_of
 
 
 def write_piece(path, seed):
@@ -60,14 +65,45 @@ def test_select_chunks_is_deterministic_and_says_when_there_are_too_few():
 
 
 @pytest.mark.filterwarnings("ignore:skipping")
-def test_music_then_text_runs_with_selective_transfer(cache, midi_dir, text_dir, tmp_path):
+def test_music_then_text_runs_with_selective_transfer(cache, midi_dir, text_dir, tmp_path, monkeypatch):
+    """music (160 tokens) -> text (50,257): the text stage starts with the music stage's final
+    attention, MLP and norm tensors, and a fresh embedding/head and fresh positions (the paper's
+    list). The text model is caught right after the transfer, before it trains."""
+    fresh, at_transfer = {}, {}
+    real = transfer.transfer
+
+    def spy(src_state, dst_model, groups, **kw):
+        fresh.update({k: v.detach().clone() for k, v in dst_model.state_dict().items()})
+        report = real(src_state, dst_model, groups, **kw)
+        at_transfer.update({k: v.detach().clone() for k, v in dst_model.state_dict().items()})
+        return report
+    monkeypatch.setattr(transfer, "transfer", spy)
     out = tmp_path / "run"
-    args = train.parse_args(["--stages", f"music,text:{text_dir}", "--music-dir", str(midi_dir),
-                             "--music-chunks", "50", "--iters", "3", "--eval-interval", "3",
-                             "--out", str(out), "--n-layer", "2", "--n-head", "2", "--n-embd", "16",
-                             "--block-size", "16", "--batch-size", "4", "--eval-iters", "2",
-                             "--no-progress", "--threads", "1"])
+    args = parse_args(["--stages", f"music,text:{text_dir}", "--music-dir", str(midi_dir),
+                       "--music-chunks", "50", "--iters", "3", "--eval-interval", "3",
+                       "--out", str(out), "--n-layer", "2", "--n-head", "2", "--n-embd", "16",
+                       "--block-size", "16", "--batch-size", "4", "--eval-iters", "2",
+                       "--no-progress", "--threads", "1"])
     summary = train.run(args)
     assert [s["vocab_size"] for s in summary["stages"]] == [160, 50257]
     saved = json.loads((out / "summary.json").read_text())
     assert saved["stages"][0]["name"] == "music"
+    music_end = torch.load(out / "stage0-music.pt", weights_only=True)["model"]
+    assert at_transfer, "the text stage received no transfer"
+    groups = {}
+    for name, p in at_transfer.items():
+        if name == "residual_scale":
+            continue
+        g = group_of(name)
+        groups.setdefault(g, []).append(name)
+        if g in ("attn", "mlp", "norm"):
+            assert torch.equal(p, music_end[name]), name               # copied from the music stage
+            assert g == "norm" or not torch.equal(p, fresh[name]), name  # (a matrix that moved)
+        else:                                                          # left at the fresh init
+            assert torch.equal(p, fresh[name]), name
+            if g == "pos":
+                assert not torch.equal(p, music_end[name]), name
+            else:                                                      # embed and head: the new vocabulary
+                assert p.shape == (50257, 16) and music_end[name].shape == (160, 16)
+    assert set(groups) == {"embed", "head", "pos", "attn", "mlp", "norm"}
+    assert len(groups["norm"]) == 2 * 2 * 2 + 2                         # ln_1, ln_2 per block + ln_f, w and b

@@ -10,7 +10,11 @@ import pytest
 import torch
 
 import train
+from batches import get_batch
+from checkpoint import save_checkpoint
 from conftest import ROOT
+from flags import parse_args
+from model import GPT
 
 TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--eval-iters", "2", "--log-interval", "1", "--no-progress",
@@ -29,7 +33,7 @@ def losses(out):
 
 def test_two_stages_write_summary_checkpoints_and_plot(cache, text_dir, tmp_path):
     out = tmp_path / "run"
-    summary = train.run(train.parse_args(
+    summary = train.run(parse_args(
         ["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "6", "--eval-interval", "3",
          "--out", str(out)] + TINY + ["--lr", "1e-2"]))
     assert [s["iters"] for s in summary["stages"]] == [6, 6]
@@ -51,16 +55,25 @@ def test_two_stages_write_summary_checkpoints_and_plot(cache, text_dir, tmp_path
 
 
 def test_budget_in_tokens_and_epochs(cache, text_dir, tmp_path):
-    args = train.parse_args(["--stages", f"text:{text_dir}", "--tokens", "200", "--out", str(tmp_path / "a")] + TINY)
-    assert train.run(args)["stages"][0]["iters"] == math.ceil(200 / 64)
-    args = train.parse_args(["--stages", f"text:{text_dir}", "--epochs", "0.5", "--out", str(tmp_path / "b")] + TINY)
-    s = train.run(args)["stages"][0]
-    assert s["tokens"] >= 0.5 * json.loads((tmp_path / "b" / "summary.json").read_text())["stages"][0]["tokens"] / 2
+    """--tokens and --epochs become steps of batch x block = 64 tokens: the fewest steps that
+    cover the budget, with the epoch counted from the corpus itself (data.load, not the loop)."""
+    import data
+    step = 4 * 16
+    s = train.run(parse_args(["--stages", f"text:{text_dir}", "--tokens", "200", "--out", str(tmp_path / "a")] + TINY))
+    assert s["stages"][0]["iters"] == 4 and s["stages"][0]["tokens"] == 4 * step  # 3 steps = 192 < 200 <= 256
+    n_train = len(data.load(f"text:{text_dir}").train)       # the training tokens of one epoch
+    half = 0.5 * n_train
+    s = train.run(parse_args(["--stages", f"text:{text_dir}", "--epochs", "0.5", "--out", str(tmp_path / "b")] + TINY))
+    iters, tokens = s["stages"][0]["iters"], s["stages"][0]["tokens"]
+    assert (iters - 1) * step < half <= iters * step, (iters, n_train)
+    assert tokens == iters * step and iters > 4                # a budget of its own, not the --tokens one
+    on_disk = json.loads((tmp_path / "b" / "summary.json").read_text())["stages"][0]
+    assert (on_disk["iters"], on_disk["tokens"]) == (iters, tokens)
 
 
 def test_unknown_stage_is_a_clear_error(capsys):
     with pytest.raises(SystemExit) as e:
-        train.parse_args(["--stages", "poetry,prosee"])
+        parse_args(["--stages", "poetry,prosee"])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "prosee" in err and "Valid stages" in err and "wiki-leads" in err
@@ -68,7 +81,7 @@ def test_unknown_stage_is_a_clear_error(capsys):
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cache, text_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    forward = train.GPT.forward
+    forward = GPT.forward
     calls = {"n": 0}
 
     def poisoned(self, idx, targets=None, loss_mask=None):
@@ -78,8 +91,8 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(cache, text_d
             if calls["n"] > 5:
                 loss = loss * float("nan")
         return logits, loss
-    monkeypatch.setattr(train.GPT, "forward", poisoned)
-    args = train.parse_args(["--stages", f"text:{text_dir}", "--iters", "10", "--eval-interval", "2",
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    args = parse_args(["--stages", f"text:{text_dir}", "--iters", "10", "--eval-interval", "2",
                              "--out", str(out)] + TINY)
     with pytest.raises(train.TrainingDiverged, match="nan.*step 5.*--resume"):
         train.run(args)
@@ -151,9 +164,9 @@ def test_init_from_copies_vocabulary_independent_groups_into_a_new_vocabulary(ca
     from model import GPT, GPTConfig, group_of
     torch.manual_seed(5)
     src = GPT(GPTConfig(block_size=16, vocab_size=97, n_layer=2, n_head=2, n_embd=16))
-    train.save_checkpoint(tmp_path / "src.pt", {"model": src.state_dict()})
+    save_checkpoint(tmp_path / "src.pt", {"model": src.state_dict()})
     out = tmp_path / "run"
-    train.run(train.parse_args(["--stages", f"text:{text_dir}", "--iters", "1", "--lr", "0", "--min-lr", "0",
+    train.run(parse_args(["--stages", f"text:{text_dir}", "--iters", "1", "--lr", "0", "--min-lr", "0",
                                 "--init-from", str(tmp_path / "src.pt"), "--out", str(out)] + TINY))
     got = torch.load(next(out.glob("stage0-*.pt")), weights_only=True)["model"]
     for name, p in src.named_parameters():
@@ -162,15 +175,15 @@ def test_init_from_copies_vocabulary_independent_groups_into_a_new_vocabulary(ca
     assert not torch.equal(got["transformer.wpe.weight"], src.transformer.wpe.weight.detach())
     assert got["transformer.wte.weight"].shape == (50257, 16)
     with pytest.raises(SystemExit):
-        train.parse_args(["--transfer", "attention"])
+        parse_args(["--transfer", "attention"])
 
 
 def test_resuming_a_finished_run_changes_nothing(cache, text_dir, tmp_path):
     out = tmp_path / "run"
     common = ["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "2", "--eval-interval", "2",
               "--out", str(out)] + TINY
-    first = train.run(train.parse_args(common))
-    again = train.run(train.parse_args(common + ["--resume"]))
+    first = train.run(parse_args(common))
+    again = train.run(parse_args(common + ["--resume"]))
     assert len(again["stages"]) == 2
     assert [s["val_loss"] for s in again["stages"]] == [s["val_loss"] for s in first["stages"]]
     ends = [l for l in open(out / "metrics.jsonl") if '"stage_end"' in l]
@@ -183,6 +196,6 @@ def test_chunked_corpus_batches_are_whole_chunks():
     chunk = 17
     stream = np.repeat(np.arange(50, dtype=np.uint16), chunk)  # chunk k is all k
     c = Corpus("c", 100, stream, stream, decode=str, info={"chunk_len": chunk})
-    x, y, _ = train.get_batch(c, "train", 64, chunk - 1, [0], 0, 1, torch.device("cpu"))
+    x, y, _ = get_batch(c, "train", 64, chunk - 1, [0], 0, 1, torch.device("cpu"))
     rows = torch.cat([x, y[:, -1:]], 1)
     assert all(len(set(r.tolist())) == 1 for r in rows)  # no window straddles two chunks

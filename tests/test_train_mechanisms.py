@@ -9,12 +9,15 @@ import torch
 
 import prores
 import train
+from batches import get_batch, load_corpus
 from conftest import write_paragraphs
+from data.common import UserError
+from flags import parse_args
 from test_train import TINY, losses
 
 
 def run(out, *flags):
-    return train.run(train.parse_args(TINY + list(flags) + ["--out", str(out)]))
+    return train.run(parse_args(TINY + list(flags) + ["--out", str(out)]))
 
 
 def test_mir_with_grad_accum_2_equals_mir_at_twice_the_batch(cache, text_dir, tmp_path):
@@ -61,7 +64,7 @@ def test_mdlm_trains_a_bidirectional_model_whose_bound_drops(cache, text_dir, tm
     ck = torch.load(next((tmp_path / "mdlm").glob("stage0-*.pt")), weights_only=True)
     assert ck["model_config"]["causal"] is False and ck["objective"] == "mdlm"
     with pytest.raises(SystemExit):
-        train.parse_args(["--objective", "mdlm", "--mir"])
+        parse_args(["--objective", "mdlm", "--mir"])
 
 
 def test_prores_scope_run_never_lowers_alpha_at_a_stage_boundary(cache, tmp_path, monkeypatch):
@@ -88,9 +91,9 @@ def test_prores_scope_run_never_lowers_alpha_at_a_stage_boundary(cache, tmp_path
 
 def test_same_data_seed_same_music_data_whatever_the_seed(cache, tmp_path):
     def corpus(*flags):
-        args = train.parse_args(["--stages", "music-synthetic", "--synthetic-tokens", "20000",
+        args = parse_args(["--stages", "music-synthetic", "--synthetic-tokens", "20000",
                                  "--music-chunks", "40", "--block-size", "32"] + list(flags))
-        return np.asarray(train.load_corpus("music-synthetic", args).train)
+        return np.asarray(load_corpus("music-synthetic", args).train)
     a, b = corpus("--seed", "1"), corpus("--seed", "2")
     assert np.array_equal(a, b)
     assert not np.array_equal(a, corpus("--seed", "1", "--data-seed", "1"))
@@ -108,7 +111,7 @@ def test_record_corpora_train_on_answers_and_report_task_accuracy(cache, tmp_pat
     attn = [k for k in ck if ".attn." in k]
     assert attn and all(torch.equal(ck[k], ck2[k]) for k in attn)          # frozen after transfer
     assert not torch.equal(ck["transformer.h.0.mlp.c_fc.weight"], ck2["transformer.h.0.mlp.c_fc.weight"])  # trained
-    x, y, m = train.get_batch(train.load_corpus("procedural:sort", train.parse_args(
+    x, y, m = get_batch(load_corpus("procedural:sort", parse_args(
         ["--stages", "procedural:sort", "--procedural-sequences", "200", "--block-size", "64"])),
         "train", 4, 64, [0], 0, 1, torch.device("cpu"))
     assert x.shape == (4, 64) and m.shape == (4, 64) and 0 < int(m.sum()) < m.numel()
@@ -117,12 +120,12 @@ def test_record_corpora_train_on_answers_and_report_task_accuracy(cache, tmp_pat
 def test_resume_with_other_model_flags_is_a_clear_error(cache, text_dir, tmp_path):
     out = tmp_path / "r"
     common = ["--stages", f"text:{text_dir}", "--iters", "2", "--eval-interval", "2", "--out", str(out)] + TINY
-    train.run(train.parse_args(common))
+    train.run(parse_args(common))
     i = common.index("--n-layer")
     changed = common[:i + 1] + ["3"] + common[i + 2:]
-    with pytest.raises(train.UserError, match="--n-layer 3 .*checkpoint's run: 2"):
-        train.run(train.parse_args(changed + ["--resume"]))
-    train.run(train.parse_args(common + ["--resume", "--no-progress", "--threads", "1"]))  # harmless flags: fine
+    with pytest.raises(UserError, match="--n-layer 3 .*checkpoint's run: 2"):
+        train.run(parse_args(changed + ["--resume"]))
+    train.run(parse_args(common + ["--resume", "--no-progress", "--threads", "1"]))  # harmless flags: fine
 
 
 def test_patience_stops_a_stage_at_a_plateau(cache, text_dir, tmp_path):
