@@ -2,7 +2,9 @@
 
 Xu et al., arXiv 2606.06888 (the SoftQ law L(N, U), its comparison laws, fan-out, effective-data
 multiplier); Muennighoff et al., arXiv 2305.16264 (the D', N' law); Hoffmann et al., arXiv 2203.15556
-(the additive law and its fitting "approach 3").
+(the additive law and its fitting "approach 3"). The data-constrained authors' code
+(github.com/yixinw-lab/dc_pretrain) trains the grid (scripts/launch_*scalinglaw*.sh) but holds no
+fitter: ours follows the Chinchilla replications' approach 3 (below).
 
     N = parameters, U = unique tokens, D = tokens seen (D >= U; only Muennighoff uses D), L = loss.
 
