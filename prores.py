@@ -2,10 +2,10 @@
 ProRes: progressive residual warmup, the alpha(l, t) schedules and the hook that writes them.
 Chen et al., arXiv 2603.05369, the method's schedule alpha(l, t) = min(t / (T * l), 1) (the
 variants below are its warmup-schedule ablation); T = 1000 steps per layer in the paper (500 for
-its 96-120-layer models). The authors' code (github.com/dandingsky/
-ProRes) computes the schedules in torchrun_main.py:361-417 (before the first update) and
-470-494 (after each update), and multiplies alpha into the branches in
-peft_pretraining/modeling_llama.py:419-497 (the `*_prores` norm types).
+its 96-120-layer models). The authors' code (github.com/dandingsky/ProRes) computes the
+schedules in torchrun_main.py:361-417 (before the first update) and 470-494 (after each
+update), and multiplies alpha into the branches in peft_pretraining/modeling_llama.py:419-497
+(the `*_prores` norm types).
 
 Each block l = 1..L (1 = closest to the input) scales both of its residual branches by
 alpha(l, t), t = optimizer updates done so far (0 before the first update), e.g. Pre-LN:

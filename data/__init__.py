@@ -2,8 +2,8 @@
 The corpus registry: `data.load(name, **opts) -> Corpus` for every stage name train.py accepts.
 
 A stage name is a registered name (see `STAGES`, or `python train.py --help`) or a prefix and
-what it takes: `text:PATH`, `procedural:KIND`, `task:NAME` (see `PREFIXES`). Every loader prepares its corpus once into the cache folder
-(data/common.py) and memory-maps it afterwards.
+what it takes: `text:PATH`, `procedural:KIND`, `task:NAME` (see `PREFIXES`). Every loader
+prepares its corpus once into the cache folder (data/common.py) and memory-maps it afterwards.
 """
 
 from . import code, mathematics, music, procedural, tasks, text
