@@ -75,13 +75,13 @@ def nelbo(model, x, t, mask_id, generator=None, counted=None):
 
 
 class MDLM:
-    """The masked-diffusion objective for the training loop (the Objective protocol).
+    """The masked-diffusion objective for the training loop (train.Objective).
     loss: t ~ U(eps, 1] per row (eps = 1e-3, the authors' ddc:101), masks from row b's own
     generator (first t, then T uniforms). eval_loss: the bound with eval_levels stratified
     levels t_k = (k + 0.5) / K (a midpoint rule for the integral over t in (0, 1]) and masks from
     generators seeded by (key, k, row), averaged over k: deterministic for given weights."""
 
-    name, extra_tokens, causal = "mdlm", 1, False
+    name, extra_tokens, causal, needs_generators = "mdlm", 1, False, True
 
     def __init__(self, mask_id, eps=1e-3, eval_levels=8):
         assert 0 < eps <= 1 and eval_levels >= 1

@@ -108,8 +108,9 @@ def _transfer_flags(p):
     g = p.add_argument_group("weight transfer between stages (transfer.py)")
     g.add_argument("--transfer", default=None,
                    help="groups copied into each stage from the previous one: attn, mlp, norm, pos, embed, head, "
-                        "all, or full (= attn,mlp,norm), comma-separated (default: all when the stages share a "
-                        "tokenizer, else attn,mlp,norm as the ladder paper: fresh embedding, head and positions)")
+                        "all, or full (= attn,mlp,norm,pos: the procedural authors' everything but the vocabulary), "
+                        "comma-separated (default: all when the stages share a tokenizer, else attn,mlp,norm as the "
+                        "ladder paper: fresh embedding, head and positions)")
     g.add_argument("--embed-init", default="random", choices=("random", "mean"),
                    help="a new vocabulary's embedding rows: random (default), or every row the mean of the "
                         "previous stage's rows (the procedural paper's default)")

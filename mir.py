@@ -57,7 +57,7 @@ def masked_copy(x, mask_id, ratio=(0.0, 0.5), keep_first=8, generator=None):
 
 
 class MIR:
-    """The MIR objective for the training loop (the Objective protocol: name, extra_tokens,
+    """The MIR objective for the training loop (train.Objective: name, extra_tokens, needs_generators,
     causal, loss, eval_loss). mask_id: the [MASK] row (the last; the model has one extra row).
 
     loss, for one micro-batch with target weights m (loss_mask, or ones):
@@ -69,7 +69,7 @@ class MIR:
     the masked copy (the plain loss and gradients, exactly). eval_loss: the plain NTP loss on
     clean input (`key` unused: nothing is random)."""
 
-    name, extra_tokens, causal = "mir", 1, True
+    name, extra_tokens, causal, needs_generators = "mir", 1, True, True
 
     def __init__(self, mask_id, lam=0.4, ratio=(0.0, 0.5), keep_first=8):
         assert lam >= 0, f"MIR lambda must be >= 0, got {lam}"

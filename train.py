@@ -397,7 +397,7 @@ def train_step(S, args, env, it):
         x, y, m = get_batch(S.corpus, "train", args.batch_size, S.seq_len, key, env.rank, env.world, env.device,
                             micro, args.grad_accum)
         first = (micro * env.world + env.rank) * args.batch_size  # this micro-batch's first global row
-        gens = row_generators(key, first, args.batch_size) if getattr(S.objective, "needs_generators", True) else None
+        gens = row_generators(key, first, args.batch_size) if S.objective.needs_generators else None
         sync = env.world == 1 or micro == args.grad_accum - 1
         with (nullcontext() if sync else S.fwd.no_sync()), S.amp:
             loss = S.objective.loss(S.fwd, x, y, m, gens) / args.grad_accum

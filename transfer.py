@@ -154,18 +154,16 @@ def merge_checkpoints(paths_by_group, base=None):
     checkpoint; the groups no path names come from `base` (default: the first path given). All
     checkpoints must share the architecture of the vocabulary-independent groups: a tensor that
     does not fit is a ValueError naming the file it came from and the base it did not fit."""
-    from checkpoint import load_state_checked, read_checkpoint
+    from checkpoint import load_model, read_checkpoint
     from data.common import UserError
-    from model import GPT, GPTConfig
     cks = {g: read_checkpoint(p, f"--{g}") for g, p in paths_by_group.items()}
     base_path, base_flag = (base, "--base") if base else next((p, f"--{g}") for g, p in paths_by_group.items())
     base_ck = read_checkpoint(base, "--base") if base else next(iter(cks.values()))
     if "model_config" not in base_ck:
         raise ValueError(f"{base_flag} {base_path}: the base checkpoint has no model_config; give a stage "
                          "checkpoint of train.py")
-    model = GPT(GPTConfig(**base_ck["model_config"]))
     try:
-        load_state_checked(model, base_ck["model"])
+        model = load_model(base_ck)[0]
     except UserError as e:
         raise UserError(f"{base_flag} {base_path}: {e}") from None
     for g, ck in cks.items():

@@ -4,6 +4,7 @@ import pytest
 
 import bench
 import sample
+import scaling
 import train
 import transfer
 
@@ -111,6 +112,22 @@ def test_transfer_merge_errors_are_one_line(capsys, bad_files):
     code, lines = one_line_error(capsys, transfer.main, ["merge", "--attn", str(bad_files / "notckpt.pt"),
                                                          "-o", str(bad_files / "m.pt")])
     assert code != 0 and len(lines) == 1 and "notckpt.pt" in lines[0]
+
+
+def test_transfer_merge_into_a_missing_folder_is_one_line(capsys, bad_files):
+    code, lines = one_line_error(capsys, transfer.main, ["merge", "--attn", str(bad_files / "notckpt.pt"),
+                                                         "-o", "/no/such/dir/m.pt"])
+    assert code == 2 and len(lines) == 1 and "/no/such/dir" in lines[0], lines
+
+
+@pytest.mark.parametrize("content", [None, b"\x00\x01junk\xff", b"N;U;D;loss\n1;2;3;4\n"],
+                         ids=["missing", "binary", "semicolons"])
+def test_scaling_fit_of_a_bad_csv_is_one_line(content, capsys, tmp_path):
+    path = tmp_path / "runs.csv"
+    if content is not None:
+        path.write_bytes(content)
+    code, lines = one_line_error(capsys, scaling.main, ["fit", str(path)])
+    assert code == 2 and len(lines) == 1 and "runs.csv" in lines[0], lines
 
 
 EXPERIMENT_CASES = [["--bogus"], ["--seeds", "-1"], ["--seeds", "x"], ["--jobs", "0"]]
