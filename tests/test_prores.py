@@ -31,9 +31,10 @@ def formula(schedule, l, t, T, L):
         "stagewise-1/L": lambda: min(max(1 / L + (1 - 1 / L) * (t - (l - 1) * T) / T, 1 / L), 1.0),
         "stagewise-1/sqrt(L)": lambda: min(max(L ** -0.5 + (1 - L ** -0.5) * (t - (l - 1) * T) / T, L ** -0.5), 1.0),
         "stagewise-1/sqrt(l)": lambda: min(max(l ** -0.5 + (1 - l ** -0.5) * (t - (l - 1) * T) / T, l ** -0.5), 1.0),
-        "fixed-1/L": lambda: 1 / L,
-        "fixed-1/sqrt(L)": lambda: 1 / math.sqrt(L),
-        "fixed-1/sqrt(l)": lambda: 1 / math.sqrt(l),
+        # fixed: held through the warmup (t <= T*L), then the plain model (the authors' loop)
+        "fixed-1/L": lambda: 1 / L if t <= T * L else 1.0,
+        "fixed-1/sqrt(L)": lambda: 1 / math.sqrt(L) if t <= T * L else 1.0,
+        "fixed-1/sqrt(l)": lambda: 1 / math.sqrt(l) if t <= T * L else 1.0,
     }[schedule]()
 
 
@@ -82,9 +83,10 @@ def test_warmups_start_low_rise_monotonically_and_end_at_one(schedule):
 
 
 @pytest.mark.parametrize("schedule", prores.FIXED)
-def test_fixed_schedules_are_constant(schedule):
-    assert prores.ramp_steps(8, 100, schedule) == 0
-    assert torch.equal(prores.alpha(0, 8, 100, schedule), prores.alpha(12345, 8, None, schedule))
+def test_fixed_schedules_are_constant_through_the_warmup(schedule):
+    # (the hold's end and the hook: tests/test_prores_schedule.py)
+    assert prores.ramp_steps(8, 100, schedule) == 801
+    assert torch.equal(prores.alpha(0, 8, 100, schedule), prores.alpha(800, 8, 100, schedule))
 
 
 def test_bad_arguments_are_named():
@@ -110,14 +112,6 @@ def test_hook_writes_in_place_and_stops_when_done():
     assert hook.update(12) and hook.done and buf.eq(1).all()
     buf.fill_(7.0)  # anything written later is left alone: the hook no longer touches the model
     assert not hook.update(13) and buf.eq(7).all()
-
-
-def test_fixed_schedule_is_written_once():
-    m = tiny(n_layer=4)
-    hook = prores.ProRes(m, T=None, schedule="fixed-1/sqrt(l)")
-    assert hook.update(0) and hook.done
-    assert m.residual_scale.tolist() == pytest.approx([1, 1 / math.sqrt(2), 1 / math.sqrt(3), 0.5])
-    assert not hook.update(1)
 
 
 def test_hook_unwraps_compiled_model():
