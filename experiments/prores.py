@@ -7,7 +7,8 @@ Chen et al., arXiv 2603.05369: progressive residual warmup alpha(l, t) = min(t /
     python experiments/prores.py --report-only         # rebuild report.md/json and the PNGs from finished runs
     python experiments/prores.py --preset prose-d32    # the previous sweep (prose, width 32, GPT-2 init, cosine)
 
-The spec and the paper's claims: PAPERS.md section 4; the mechanism: prores.py (train.py --prores).
+The mechanism: prores.py (train.py --prores); the conditions: lib/prores_runs.py; the analysis and the
+reading of every claim: lib/prores_report.py.
 
 Every run is train.run(train.parse_args([...])) in OUT/runs/<name>/ through experiments.lib.common.run_sweep
 (--jobs at a time, one thread each); a finished run (summary.json, or diverged.json: a divergence is a
@@ -30,7 +31,8 @@ The choice (--lr auto, --depths auto; give numbers to override), computed from t
   lr* = the smallest scan lr >= --auto-min-lr (2e-3, the authors') at which some baseline is in trouble at some
   depth; L* = for each baseline in trouble at lr*, its shallowest depth in trouble (where it starts to degrade
   or fail; one or two depths). If there is none, lr* and L* are the largest scan lr and depth, and the report
-  says that no trouble was found.
+  says that no trouble was found. This rule only places the measurement (one seed per scan cell); what the
+  report calls an effect comes from the measurement's seeds, by the reading rule (lib/common.compare).
 
 Settings and their sources (the authors' code, github.com/dandingsky/ProRes; cited by file:line):
 - data: the `music` stage (160-token MIDI events, the music21 corpus: 521k training tokens, 28k validation)
@@ -38,10 +40,14 @@ Settings and their sources (the authors' code, github.com/dandingsky/ProRes; cit
 - model: width 32, 4 heads, context 64, batch 16 (1,024 tokens a step), 200 steps (~0.4 epoch). The
   authors' depth study: 71M parameters, width 512, 24-120 layers (configs/llama_71m_96L.json), LLaMA blocks
   with RMSNorm, 100k steps of 512 x 1,024 tokens; ours are GPT-2 blocks with LayerNorm.
-- init: `--init plain` for every condition: N(0, 0.02) on every matrix, no depth scaling of the residual
-  projections (peft_pretraining/modeling_llama.py:540 draws every Linear from config.initializer_range = 0.02;
-  their depth-scaled variant is a separate norm type, scale_pre, modeling_llama.py:274); DeepNorm keeps its
-  Xavier init with gain (8L)^(-1/4) (modeling_llama.py:544-547; model.py).
+- init: `--init plain` for every condition but one: N(0, 0.02) on every matrix, no depth scaling of the
+  residual projections (peft_pretraining/modeling_llama.py:540 draws every Linear from
+  config.initializer_range = 0.02; their depth-scaled variant is a separate norm type, scale_pre,
+  modeling_llama.py:274). The exception is the DeepNorm baseline: `--init deepnet` (DeepNet's Xavier-normal
+  init, gain (8L)^(-1/4) on v, attention-out and the MLP, 1 on q and k: modeling_llama.py:544-547), while
+  DeepNorm + ProRes runs on `--init plain`, as theirs: their layers take the Xavier init only when NORM_TYPE
+  is `deeppost` (modeling_llama.py:161-164, 193-198), not `deeppost_prores` (lib/prores_runs.init_of). The
+  committed default runs (experiments/results/prores) predate this: both DeepNorm arms had the Xavier init.
 - LNS: `lns-init`, the authors' variant (learnable norm weights that start at 1/sqrt(l),
   modeling_llama.py:289-293 and 308-313, lns and lns_prores): the ProRes paper's LNS baseline is this one,
   not the LNS paper's fixed output scale (`--norms` accepts `lns` too).
@@ -72,12 +78,15 @@ x 200 steps = 282k layer-steps (~2,100 CPU-s); the measurement trains 28 new run
 depths) x 28 x 200 layer-steps: ~3,500 CPU-s for {8, 24, 48}, ~2,300 for {8, 48}, ~4,400 for {8, 96}, ~6,000
 for {8, 48, 96}. Six of the scan's runs (lr 2e-3, 8-48 layers), run ahead, put the point at lr 2e-3, depths
 {8, 24, 48} (Pre-LN 2.385 / 2.437 / 2.536 at 8 / 24 / 48 layers; Post-LN 3.183 / 3.593 / 3.737, stuck at
-48): the default is then ~47 min on 2 quiet cores (+ ~1 min of analysis); other outcomes 28-70 min.
+48): the default is then ~47 min on 2 quiet cores (+ ~1 min of analysis); other outcomes 28-70 min. The committed
+default run took 15.8 min (scan) + ~29 min (measurement) of wall time, over two invocations (interrupted once
+and resumed): OUT/provenance.json records every invocation, and the report sums them.
 --quick: 205 s here (shared machine, load ~6).
+--report-only rebuilds report.md, report.json and the PNGs from the run folders, or, where OUT/runs is gone,
+from OUT/report.json alone (the records, curves included, are in it): byte-identical either way.
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -87,15 +96,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
 from experiments.lib import prores_report as rep  # noqa: E402
-from experiments.lib.common import Run, add_sweep_args, main_guard, run_sweep, write_json  # noqa: E402
+from experiments.lib.common import Provenance, add_sweep_args, is_finished, main_guard, run_sweep  # noqa: E402
+from experiments.lib.prores_runs import fmt_lr, measure_runs, scan_runs  # noqa: E402
 from data.common import UserError  # noqa: E402
 import model  # noqa: E402
-
-count_spikes = rep.count_spikes  # the spike rule (tests import it from here)
-
-CLAIM = ("ProRes: lower perplexity at every size (71M-7B); stable at 120 layers where Pre-LN degrades; "
-         "almost no loss/gradient spikes; activation norms grow linearly with depth instead of "
-         "exponentially; +1.27% average zero-shot accuracy (arXiv 2603.05369)")
 
 # Every setting a preset fixes; a flag given on the command line wins. "quick" entries replace the
 # preset's values under --quick.
@@ -153,7 +157,9 @@ def parse_args(argv=None):
     g.add_argument("--n-head", type=int, default=None, help="attention heads (default 4)")
     g.add_argument("--batch-size", type=int, default=None, help="sequences per step (depth: 16; --quick 8)")
     g.add_argument("--block-size", type=int, default=None, help="context in tokens (default 64)")
-    g.add_argument("--init", default=None, choices=("plain", "gpt2"), help="depth: plain (the authors' baselines)")
+    g.add_argument("--init", default=None, choices=("plain", "gpt2"),
+                   help="every arm's init but the DeepNorm baseline's, which is deepnet (DeepNet's Xavier init), "
+                        "as the authors' (depth: plain)")
     g.add_argument("--schedule", default=None, choices=("wsd", "cosine", "constant"), help="depth: wsd")
     g.add_argument("--warmup-frac", type=float, default=None, help="lr warmup, fraction of the run (depth: 0.02)")
     g.add_argument("--decay-frac", type=float, default=None, help="WSD decay, fraction of the run (depth: 0.1)")
@@ -191,6 +197,9 @@ def parse_args(argv=None):
     bad = [n for n in a.norms + a.scan_norms if n not in model.NORMS]
     if bad:
         raise UserError(f"unknown norm placement(s) {bad}; choose from {', '.join(model.NORMS)}")
+    if "deepnorm" in a.norms + a.scan_norms and "deepnet" not in model.INITS and not a.report_only:
+        raise UserError("the DeepNorm baseline needs `--init deepnet` (DeepNet's init), which this model.py "
+                        f"does not have (model.INITS = {model.INITS}); leave deepnorm out of --norms")
     if not a.scan and "auto" in (a.lr, a.depths):
         raise UserError("--no-scan needs --lr and --depths as numbers (auto chooses them from the scan)")
     if min(a.scan_depths + ([] if a.depths == "auto" else a.depths)) < 1 or a.seeds < 1 or a.iters < 1:
@@ -198,57 +207,6 @@ def parse_args(argv=None):
     a.train_args = a.train_args.split()
     a.scan_iters = a.scan_iters or a.iters
     return a
-
-
-# ---------------------------------------------------------------------------------------------
-# conditions
-
-def fmt_lr(lr):
-    return f"{lr:g}"
-
-
-def prores_T(a, depth, iters):
-    """Steps per layer: the deepest layer is fully on after ramp_frac of the run (T may be fractional)."""
-    if a.prores_T:
-        return a.prores_T
-    T = round(a.ramp_frac * iters / depth, 4)
-    return int(T) if T == int(T) else T
-
-
-def run_name(norm, pr, depth, lr, iters, seed):
-    return f"{norm}-{'prores' if pr else 'base'}-L{depth}-lr{fmt_lr(lr)}-i{iters}-s{seed}"
-
-
-def train_argv(a, norm, pr, depth, lr, seed, iters):
-    """train.py flags of one run (run_sweep adds --out, --resume, --threads)."""
-    argv = ["--stages", a.stage, "--n-layer", depth, "--n-head", a.n_head, "--n-embd", a.n_embd,
-            "--block-size", a.block_size, "--batch-size", a.batch_size, "--iters", iters, "--lr", lr,
-            "--min-lr", a.min_lr, "--warmup-iters", max(1, round(a.warmup_frac * iters)),
-            "--schedule", a.schedule, "--decay-frac", a.decay_frac, "--init", a.init, "--norm", norm,
-            "--seed", seed, "--log-interval", 1, "--eval-interval", max(1, iters // a.evals),
-            "--eval-iters", a.eval_iters, "--no-progress"]
-    if pr:
-        argv += ["--prores", "--prores-T", str(prores_T(a, depth, iters)), "--prores-schedule", a.prores_schedule]
-    return [str(x) for x in argv] + a.train_args
-
-
-def make_run(a, phase, norm, pr, depth, lr, seed, iters):
-    name = run_name(norm, pr, depth, lr, iters, seed)
-    return Run(name, a.out / "runs" / name, train_argv(a, norm, pr, depth, lr, seed, iters),
-               dict(phase=phase, norm=norm, prores=pr, depth=depth, lr=lr, seed=seed, iters=iters,
-                    T=prores_T(a, depth, iters) if pr else None))
-
-
-def scan_runs(a):
-    """Phase 1: baselines, seed 0, deepest first (so the longest runs do not finish the sweep alone)."""
-    return [make_run(a, "scan", norm, False, d, lr, 0, a.scan_iters)
-            for d in reversed(a.scan_depths) for lr in a.scan_lrs for norm in a.scan_norms]
-
-
-def measure_runs(a, lr, depths):
-    """Phase 2: seed-major (a partial sweep covers every cell early), deepest first within a seed."""
-    return [make_run(a, "measure", norm, pr, d, lr, seed, a.iters)
-            for seed in range(a.seeds) for d in reversed(depths) for norm in a.norms for pr in (False, True)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +229,7 @@ def choose(a, scan):
                 continue
             if ref["failed"]:
                 lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: fails already at L={L0} "
-                             f"({rep.fail_word(ref)}): no depth effect to locate")
+                             f"({rep.fail_word(ref)}): nothing to locate with depth")
                 continue
             for d in a.scan_depths[1:]:
                 r = by.get((norm, lr, d))
@@ -284,20 +242,20 @@ def choose(a, scan):
                     break
                 if r["val_loss"] > ref["val_loss"] + a.margin:
                     hits.append(d)
-                    lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: degrades with depth: "
-                                 f"{ref['val_loss']:.3f} at L={L0}, {r['val_loss']:.3f} at L={d} "
-                                 f"(> {a.margin:g} worse)")
+                    lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: in trouble with depth by the "
+                                 f"choice rule (seed 0): {ref['val_loss']:.3f} at L={L0}, {r['val_loss']:.3f} at "
+                                 f"L={d}, more than the {a.margin:g} margin above")
                     break
             else:
                 lines.append(f"lr {fmt_lr(lr)}, {rep.label(norm, False)}: no depth in "
-                             f"{a.scan_depths[1:]} worse than L={L0} by more than {a.margin:g}")
+                             f"{a.scan_depths[1:]} above L={L0}'s loss by more than the {a.margin:g} margin")
         if hits:
             hits = sorted(set(hits))
             return lr, hits, lines + [f"chosen: lr* = {fmt_lr(lr)} (the smallest lr >= {a.auto_min_lr:g} with "
-                                      f"trouble), L* = {', '.join(map(str, hits))} (where each baseline in "
-                                      "trouble starts to degrade or fail)"]
+                                      f"trouble), L* = {', '.join(map(str, hits))} (each baseline's shallowest "
+                                      "depth in trouble)"]
     lr, d = max(a.scan_lrs), a.scan_depths[-1]
-    return lr, [d], lines + [f"no baseline degraded or failed with depth at any lr >= {a.auto_min_lr:g}: "
+    return lr, [d], lines + [f"no baseline in trouble with depth at any lr >= {a.auto_min_lr:g}: "
                            f"measured at the largest scan lr ({fmt_lr(lr)}) and depth ({d})"]
 
 
@@ -321,43 +279,57 @@ def measurement_point(a, scan):
 # ---------------------------------------------------------------------------------------------
 # main
 
-def add_wall(path, phase, seconds):
-    """Wall time of training, summed over every invocation that trained in this folder."""
-    wall = json.loads(path.read_text()) if path.exists() else {}
-    wall[phase] = wall.get(phase, 0.0) + seconds
-    write_json(path, wall)
-
-
 def sweep(a, runs, phase):
+    """Train the phase's unfinished runs; returns how many were trained now."""
     print(f"\n== {phase}: {len(runs)} runs ==", flush=True)
-    t0 = time.time()
-    run_sweep(runs, jobs=a.jobs, threads=a.threads)
-    add_wall(a.out / "wall.json", phase, time.time() - t0)
+    return len(run_sweep(runs, jobs=a.jobs, threads=a.threads))
+
+
+def has_finished_runs(out):
+    return any(is_finished(f) for f in (out / "runs").glob("*"))
+
+
+def from_report_json(a):
+    """--report-only where the run folders are gone: the flags and records of OUT/report.json."""
+    records = rep.read_records(a.out)
+    if records is None:
+        raise UserError(f"no finished runs in {a.out / 'runs'} and no {a.out / 'report.json'}: "
+                        "run without --report-only first")
+    b = rep.settings_of(records, a.out)
+    point = measurement_point(b, records["scan"])
+    kept = records["measurement_point"]
+    if (point[0], point[1]) != (kept["lr"], kept["depths"]):
+        raise UserError(f"{a.out / 'report.json'}: its scan now gives lr {point[0]:g}, depths {point[1]}, but its "
+                        f"runs were measured at lr {kept['lr']:g}, depths {kept['depths']}: rebuild it from the runs")
+    return b, records["scan"], records["runs"], point
 
 
 def main(argv=None):
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    scan = scan_runs(a) if a.scan else []
-    if a.report_only and not any((f / "summary.json").exists() or (f / "diverged.json").exists()
-                                 for f in (a.out / "runs").glob("*")):
-        raise UserError(f"no finished runs in {a.out / 'runs'}: run without --report-only first")
-    if not a.report_only:  # the corpus is prepared (or its problem reported) once, before any worker starts
-        rep.Data().load((scan or measure_runs(a, a.lr, a.depths))[0])
-    if scan and not a.report_only:
-        sweep(a, scan, "scan")
-    scan_recs = rep.analyse(a, scan)
-    lr, depths, why = measurement_point(a, [r for r in scan_recs if r is not None])
+    if a.report_only and not has_finished_runs(a.out):
+        a, scan_recs, meas_recs, point = from_report_json(a)
+    else:
+        prov, trained = (None if a.report_only else Provenance(a.out)), 0
+        scan = scan_runs(a) if a.scan else []
+        if not a.report_only:  # the corpus is prepared (or its problem reported) once, before any worker starts
+            rep.Data().load((scan or measure_runs(a, a.lr, a.depths))[0])
+        if scan and not a.report_only:
+            trained += sweep(a, scan, "scan")
+        scan_recs = rep.analyse(a, scan)
+        point = measurement_point(a, [r for r in scan_recs if r is not None])
+        meas = measure_runs(a, *point[:2])
+        if not a.report_only:
+            trained += sweep(a, meas, "measurement")
+            prov.finish(runs_trained=trained)
+        meas_recs = rep.analyse(a, meas)
+        if not any(r for r in scan_recs + meas_recs):
+            raise UserError(f"no finished runs in {a.out / 'runs'}: run without --report-only first")
+    lr, depths, why = point
     print("\n".join(["", "measurement point:"] + ["  " + w for w in why] +
                      [f"  lr {fmt_lr(lr)}, depths {depths}"]), flush=True)
-    meas = measure_runs(a, lr, depths)
-    if not a.report_only:
-        sweep(a, meas, "measurement")
-    meas_recs = rep.analyse(a, meas)
-    if not any(r for r in scan_recs + meas_recs):
-        raise UserError(f"no finished runs in {a.out / 'runs'}: run without --report-only first")
-    text = rep.write_report(a, scan, scan_recs, meas, meas_recs, lr, depths, why, CLAIM)
+    text = rep.render(rep.collect(a, scan_recs, meas_recs, point), a.out)
     print("\n" + text)
     print(f"\nwrote {a.out / 'report.md'}, report.json and the PNGs ({time.time() - t0:.0f} s in all)")
 

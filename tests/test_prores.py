@@ -240,31 +240,35 @@ def test_gpt_forward_uses_each_layers_scale(norm):
 # --- the experiment (experiments/prores.py, experiments/lib/prores_report.py) ---------------------
 
 def test_experiment_spike_count_and_train_flags(tmp_path):
-    import train
     from experiments import prores as exp
+    from experiments.lib.prores_report import count_spikes
+    from experiments.lib.prores_runs import make_run, measure_runs, prores_T, scan_runs
+    from flags import parse_args as train_parse_args
     flat = [5.0] * 30
-    assert exp.count_spikes(flat, 20, 1.1) == 0
+    assert count_spikes(flat, 20, 1.1) == 0
     bumped = flat[:25] + [5.6] + flat[26:]  # +12% over the running median
-    assert exp.count_spikes(bumped, 20, 1.1) == 1 and exp.count_spikes(bumped, 20, 1.15) == 0
-    assert exp.count_spikes(bumped[:15] + [9.0] + bumped[16:], 20, 1.1) == 1  # before the first full window
+    assert count_spikes(bumped, 20, 1.1) == 1 and count_spikes(bumped, 20, 1.15) == 0
+    assert count_spikes(bumped[:15] + [9.0] + bumped[16:], 20, 1.1) == 1  # before the first full window
     a = exp.parse_args(["--quick", "--out", str(tmp_path)])
     assert a.norms == ["pre", "post", "sandwich", "deepnorm", "lns-init"] and a.stage == "music"
-    scan = exp.scan_runs(a)
+    scan = scan_runs(a)
     assert len(scan) == len(a.scan_lrs) * len(a.scan_depths) * len(a.scan_norms)
     assert not any(r.meta["prores"] for r in scan) and {r.meta["seed"] for r in scan} == {0}
-    meas = exp.measure_runs(a, 2e-3, [4, 16])
+    meas = measure_runs(a, 2e-3, [4, 16])
     names = [r.name for r in meas]
     assert len(names) == len(set(names)) == len(a.norms) * 2 * 2 * a.seeds
     for r in scan + meas:  # every run's flags parse in train.py and say what its labels say
-        args, m = train.parse_args(r.argv + ["--out", str(r.folder)]), r.meta
+        args, m = train_parse_args(r.argv + ["--out", str(r.folder)]), r.meta
         assert (args.norm, args.prores, args.n_layer, args.seed, args.lr, args.iters, args.log_interval) == \
             (m["norm"], m["prores"], m["depth"], m["seed"], m["lr"], m["iters"], 1)
-        # the authors' baselines and schedule: plain init, WSD, 2% warmup, decay over the last 10% to 0
-        assert (args.init, args.schedule, args.decay_frac, args.min_lr) == ("plain", "wsd", 0.1, 0.0)
+        # the authors' baselines and schedule: plain init (DeepNet's for the DeepNorm baseline), WSD, 2% warmup,
+        # decay over the last 10% to 0
+        assert args.init == m["init"] == ("deepnet" if (m["norm"], m["prores"]) == ("deepnorm", False) else "plain")
+        assert (args.schedule, args.decay_frac, args.min_lr) == ("wsd", 0.1, 0.0)
         assert args.warmup_iters == max(1, round(0.02 * m["iters"]))
         if m["prores"]:
             T = 0.5 * m["iters"] / m["depth"]  # the deepest layer fully on half-way (T may be fractional)
-            assert args.prores_T == exp.prores_T(a, m["depth"], m["iters"]) == pytest.approx(T, rel=1e-4)
+            assert args.prores_T == prores_T(a, m["depth"], m["iters"]) == pytest.approx(T, rel=1e-4)
             assert prores.ramp_steps(m["depth"], args.prores_T) == round(0.5 * m["iters"])
     # a scan run and the measurement's seed-0 baseline with the same flags are one run (one folder)
     shared = {r.name for r in scan} & set(names)
@@ -274,9 +278,36 @@ def test_experiment_spike_count_and_train_flags(tmp_path):
     old = exp.parse_args(["--preset", "prose-d32", "--out", str(tmp_path / "old")])
     assert (old.stage, old.init, old.schedule, old.lr, old.depths, old.n_embd, old.iters, old.scan, old.norms) == \
         ("prose", "gpt2", "cosine", 3e-3, [6, 12, 24, 48], 32, 400, False, ["pre", "post"])
-    args = train.parse_args(exp.make_run(old, "measure", "pre", True, 12, 3e-3, 0, 400).argv + ["--out", "x"])
+    args = train_parse_args(make_run(old, "measure", "pre", True, 12, 3e-3, 0, 400).argv + ["--out", "x"])
     assert (args.warmup_iters, args.batch_size, args.block_size, args.min_lr) == (40, 8, 64, 3e-4)
     assert args.prores_T == pytest.approx(0.5 * 400 / 12, rel=1e-4)
+
+
+def test_deepnorm_arms_take_the_authors_inits(tmp_path):
+    """DeepNorm's baseline is the authors' `deeppost` (DeepNet's Xavier init), DeepNorm + ProRes their
+    `deeppost_prores` (the experiment's plain init): the argv says so, and the models built from it
+    differ exactly there (Xavier with gain (8L)^(-1/4) on v against N(0, 0.02))."""
+    from experiments import prores as exp
+    from experiments.lib.prores_runs import make_run
+    from flags import parse_args as train_parse_args
+    a = exp.parse_args(["--out", str(tmp_path), "--norms", "deepnorm,pre"])
+    argv = {pr: make_run(a, "measure", "deepnorm", pr, 24, 2e-3, 0, 200).argv for pr in (False, True)}
+    init = {pr: v[v.index("--init") + 1] for pr, v in argv.items()}
+    assert init == {False: "deepnet", True: "plain"}
+    assert make_run(a, "measure", "pre", False, 24, 2e-3, 0, 200).argv[argv[False].index("--init") + 1] == "plain"
+    args = {pr: train_parse_args(v + ["--out", "x"]) for pr, v in argv.items()}
+    assert (args[False].norm, args[True].norm) == ("deepnorm", "deepnorm") and args[True].prores
+    import model
+    if "deepnet" in model.INITS:  # the model side of it (model.py's own tests check the init itself)
+        L, C = 24, 32
+        torch.manual_seed(0)
+        std = {}
+        for pr in (False, True):
+            m = GPT(GPTConfig(block_size=16, vocab_size=97, n_layer=L, n_head=4, n_embd=C, norm="deepnorm",
+                              init=init[pr]))
+            std[pr] = m.transformer.h[0].attn.c_attn.weight[2 * C:].std().item()  # the value projection
+        assert std[True] == pytest.approx(0.02, rel=0.1)
+        assert std[False] == pytest.approx((8 * L) ** -0.25 * math.sqrt(2 / (C + C)), rel=0.1)
 
 
 def scan_record(norm, lr, depth, val_loss, diverged=False):
@@ -308,7 +339,7 @@ def test_experiment_choice_rule(tmp_path):
     lr, d, _ = exp.choose(a, scan({lr: fine for lr in a.scan_lrs}, post))
     assert (lr, d) == (4e-3, [48])  # a divergence with depth counts (stuck at 8e-3 too, but later)
     lr, d, lines = exp.choose(a, scan({lr: fine for lr in a.scan_lrs}, {lr: fine for lr in a.scan_lrs}))
-    assert (lr, d) == (8e-3, [96]) and "no baseline degraded" in lines[-1]  # nothing found: the hardest point
+    assert (lr, d) == (8e-3, [96]) and "no baseline in trouble" in lines[-1]  # nothing found: the hardest point
     post = {lr: [3.0, 3.5, 3.6, 3.7] for lr in a.scan_lrs}  # Post-LN fine at 8 layers, degraded from 24
     lr, d, _ = exp.choose(a, scan(pre, post))
     assert (lr, d) == (2e-3, [24, 48])  # each baseline's own first depth in trouble
@@ -318,31 +349,39 @@ def test_experiment_choice_rule(tmp_path):
 
 def test_experiment_end_to_end_tiny(cache, tmp_path, capsys):
     """A tiny scan + measurement on synthetic music: the report's shape, its numbers from its runs,
-    and a rerun that trains nothing."""
+    a rerun that trains nothing, and --report-only from the runs and from report.json alone."""
     import json
+    import shutil
     import statistics
     from experiments import prores as exp
+    from experiments.lib.common import VERDICTS
+    from experiments.lib.prores_report import count_spikes
     out = tmp_path / "exp"
     argv = ["--out", str(out), "--jobs", "1", "--stage", "music-synthetic", "--train-args", "--synthetic-tokens 20000",
             "--n-embd", "8", "--n-head", "2", "--block-size", "16", "--batch-size", "2", "--scan-lrs", "1e-3,3e-3",
-            "--scan-depths", "1,3", "--scan-iters", "6", "--iters", "6", "--norms", "pre,post", "--seeds", "2",
+            "--scan-depths", "1,3", "--scan-iters", "6", "--iters", "6", "--norms", "pre,post", "--seeds", "3",
             "--evals", "2", "--eval-iters", "2", "--spike-window", "2", "--auto-min-lr", "1e-3", "--threads", "1"]
     exp.main(argv)
     rep = json.loads((out / "report.json").read_text())
-    for f in ("report.md", "scan.png", "activation_norms.png", "loss_curves.png", "grad_norms.png", "wall.json"):
+    for f in ("report.md", "scan.png", "activation_norms.png", "loss_curves.png", "grad_norms.png", "provenance.json"):
         assert (out / f).exists(), f
     assert len(rep["scan"]) == 2 * 2 * 2 and not any(r["prores"] for r in rep["scan"])
     lr, depths = rep["measurement_point"]["lr"], rep["measurement_point"]["depths"]
     a = exp.parse_args(argv)
     lr_c, d_c, _ = exp.choose(a, rep["scan"])  # the point follows from the scan's records by the rule
     assert lr == lr_c and depths == sorted({1, *d_c})
-    assert len(rep["runs"]) == 2 * 2 * 2 * len(depths)
+    assert len(rep["runs"]) == 2 * 2 * 3 * len(depths)
+    trained = len({r["name"] for r in rep["scan"] + rep["runs"]})
+    assert rep["provenance"]["runs_trained"] == trained and len(rep["provenance"]["invocations"]) == 1
+    assert rep["source"]["arxiv"] == "2603.05369" and rep["regime"] and set(rep["figures"]) <= {
+        p.name for p in out.glob("*.png")}
+    assert rep["verdicts"] and all(v["verdict"] in VERDICTS for v in rep["verdicts"])
     for r in rep["scan"] + rep["runs"]:  # every record from its run's own files
         s = json.loads((out / "runs" / r["name"] / "summary.json").read_text())["stages"][0]
         assert r["val_loss"] == s["val_loss"] and r["unigram_loss"] == pytest.approx(math.log(s["unigram_val_ppl"]))
         assert r["failed"] == (r["val_loss"] >= r["unigram_loss"] - 0.1)
-        assert r["steps"] == list(range(1, 7)) and r["loss_spikes"] == exp.count_spikes(r["loss"], 2, 1.1)
-        assert r["grad_spikes"] == exp.count_spikes(r["grad_norm"], 2, 3.0)
+        assert r["steps"] == list(range(1, 7)) and r["loss_spikes"] == count_spikes(r["loss"], 2, 1.1)
+        assert r["grad_spikes"] == count_spikes(r["grad_norm"], 2, 3.0)
         assert r["max_grad_norm"] == max(r["grad_norm"])
         assert len(r["act_rms"]) == r["depth"] + 1 and r["act_growth"] == r["act_rms"][-1] / r["act_rms"][1]
     md = (out / "report.md").read_text()
@@ -353,7 +392,71 @@ def test_experiment_end_to_end_tiny(cache, tmp_path, capsys):
             for d, text in zip(depths, row.split("|")[2:]):
                 vs = [r["val_loss"] for r in rep["runs"] if (r["norm"], r["prores"], r["depth"]) == (norm, pr, d)]
                 assert text.strip().startswith(f"{statistics.mean(vs):.3f} ± {statistics.stdev(vs):.3f}")
+    # each cell's paired test is scipy's ttest_rel over the seeds, ProRes - baseline
+    from scipy import stats
+    for c in rep["comparisons"]:
+        if c["metric"] == "val_loss" and c["paired"]["p"] is not None:
+            by = {(r["prores"], r["seed"]): r["val_loss"] for r in rep["runs"]
+                  if (r["norm"], r["depth"]) == (c["norm"], c["depth"])}
+            want = stats.ttest_rel([by[(True, s)] for s in c["seeds"]], [by[(False, s)] for s in c["seeds"]])
+            assert c["paired"]["p"] == pytest.approx(want.pvalue) and c["paired"]["n"] == 3
     capsys.readouterr()
-    exp.main(argv)  # everything is finished: nothing trains again
+    exp.main(argv)  # everything is finished: nothing trains again, and the provenance records no new invocation
     printed = capsys.readouterr().out
     assert "already finished (skipped)" in printed and "python train.py" not in printed
+    assert (out / "report.md").read_text() == md
+    assert json.loads((out / "report.json").read_text())["provenance"] == rep["provenance"]
+    body = {f: (out / f).read_bytes() for f in ("report.md", "report.json")}
+    exp.main(argv + ["--report-only"])  # from the runs
+    assert {f: (out / f).read_bytes() for f in body} == body
+    bare = tmp_path / "bare"  # the run folders gone: from report.json alone, byte for byte
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns("runs", "provenance.json"))
+    exp.main(["--report-only", "--out", str(bare)])
+    assert {f: (bare / f).read_bytes() for f in body} == body
+
+
+def test_committed_report_rebuilds_byte_identical(tmp_path):
+    """experiments/results/prores has no run folders: --report-only rebuilds report.md and
+    report.json from its report.json alone, byte for byte (and its provenance is the committed one)."""
+    import json
+    import shutil
+    from pathlib import Path
+    from experiments import prores as exp
+    src = Path(__file__).resolve().parents[1] / "experiments" / "results" / "prores"
+    out = tmp_path / "prores"
+    shutil.copytree(src, out)
+    exp.main(["--report-only", "--out", str(out)])
+    for f in ("report.md", "report.json"):
+        assert (out / f).read_bytes() == (src / f).read_bytes(), f
+    prov = json.loads((out / "report.json").read_text())["provenance"]
+    assert prov["runs_trained"] == 116 and len(prov["invocations"]) == 2 and prov["cpu_seconds"] is None
+
+
+def test_report_only_without_runs_or_report_is_one_line(tmp_path, capsys):
+    from experiments import prores as exp
+    from experiments.lib.common import main_guard
+    with pytest.raises(SystemExit) as e:
+        main_guard(lambda: exp.main(["--report-only", "--out", str(tmp_path / "none")]))
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error:") and "\n" not in err and "report.json" in err
+
+
+def test_paired_reading_and_combined_verdicts():
+    """The paired test against a t computed by hand, its `clear` rule (p < 0.05 and n >= 3 pairs),
+    and a claim's verdict from its cells."""
+    from experiments.lib.prores_report import combined_verdict, paired
+    base, treat = [2.0, 2.5, 3.0], [2.1, 2.62, 3.08]  # ProRes higher in every pair
+    d = [t - b for t, b in zip(treat, base)]
+    mean, sd = sum(d) / 3, (sum((x - sum(d) / 3) ** 2 for x in d) / 2) ** 0.5
+    t = mean / (sd / 3 ** 0.5)
+    from scipy import stats
+    c = paired(treat, base)
+    assert c["diff"] == pytest.approx(0.1) and c["n"] == 3
+    assert c["p"] == pytest.approx(2 * stats.t.sf(abs(t), 2))
+    assert c["clear"] and c["better"] is False  # higher loss: worse
+    assert not paired(treat[:2], base[:2])["clear"]  # two pairs are no test, however consistent
+    assert paired([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])["p"] is None  # no difference at all: no test
+    assert combined_verdict(["reproduces"] * 3) == "reproduces"
+    assert combined_verdict(["reproduces", "no clear difference"]) == "partly"
+    assert combined_verdict(["opposite", "no clear difference", "not measured"]) == "partly"
+    assert combined_verdict(["not measured"]) == "not measured"

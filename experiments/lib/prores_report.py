@@ -1,29 +1,48 @@
 """
 The ProRes experiment's analysis, report and figures (experiments/prores.py runs the sweep).
-Chen et al., arXiv 2603.05369: loss, spikes, divergences and per-layer activation norms, with and without ProRes.
+Chen et al., "Progressive Residual Warmup for Language Model Pretraining", arXiv 2603.05369:
+each residual branch of layer l is scaled by alpha(l, t) = min(t / (T l), 1) during warmup.
 
-analyse(a, runs) -> one record per run (None while unfinished) with every number the report uses;
-write_report(...) -> report.md, report.json (every record, curves included) and the PNGs.
+    recs = analyse(a, runs)                          # one record per run, from its folder
+    records = collect(a, scan_recs, recs, point)     # everything the report states
+    render(records, out)                             # report.md, report.json, the PNGs
+    records = read_records(out)                      # the same records back from report.json
+
+render reads nothing but the records, so a report rebuilt from report.json alone (the run
+folders gone) is byte-identical to the one built from the runs; every figure is drawn from the
+records too (the per-step curves are in them). Each reading of ProRes against its baseline
+comes from the reading rule (common.compare for Welch's test, `paired` here for the t-test
+paired by seed): a difference is an effect only at p < 0.05 with n >= 3 on each side.
 """
 
+import argparse
 import json
 import math
 import statistics
+from pathlib import Path
 
 import numpy as np
-import torch
 
-from experiments.lib.common import write_text as common_write_text  # noqa: E402
-from experiments.lib.common import (fmt_mean_std, hardware, pyplot, read_events, read_summary, save_figure,
-                                settings_json, welch_p, write_json)  # (puts the repo root on sys.path)
-import train  # noqa: E402
-from checkpoint import load_checkpoint, stage_file  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, compare, fmt_mean_std, fmt_p, provenance_line, pyplot,
+                                    read_events, read_summary, reading, save_figure, settings_json,
+                                    summarize_provenance, verdict_of, write_json, write_text)
+from experiments.lib.evaluate import activation_rms, run_corpus, stage_model, unigram_loss, val_batch
+from experiments.lib.prores_runs import prores_T
+from flags import parse_args
 
+SOURCE = {"arxiv": "2603.05369", "title": "Progressive Residual Warmup for Language Model Pretraining"}
+CLAIM = ("ProRes: lower perplexity at every size (71M-7B); stable at 120 layers where Pre-LN degrades; "
+         "almost no loss/gradient spikes; activation norms grow linearly with depth instead of "
+         "exponentially; +1.27% average zero-shot accuracy (arXiv 2603.05369)")
+FIGURES = ["loss_curves.png", "grad_norms.png", "activation_norms.png", "scan.png"]
 NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnorm": "DeepNorm",
          "lns": "LNS (fixed 1/sqrt(l))", "lns-init": "LNS (authors' init)"}
 COLORS = {"pre": "tab:blue", "post": "tab:red", "sandwich": "tab:green", "deepnorm": "tab:purple",
           "lns": "tab:brown", "lns-init": "tab:orange"}
+# placements without a norm on the residual stream: the activation-growth claim is about these
+# (Post-LN and DeepNorm end every block with a LayerNorm, so their ratio is ~1 by construction)
+OPEN_STREAM = ("pre", "sandwich", "lns", "lns-init")
+RECORD_KEYS = ("settings", "measurement_point", "spike_definition", "scan", "runs")
 
 
 def label(norm, pr):
@@ -37,7 +56,7 @@ def fail_word(r):
 
 
 # ---------------------------------------------------------------------------------------------
-# per-run analysis
+# collect: one record per run, from its folder
 
 def count_spikes(values, window, factor):
     """Steps t >= window with values[t] > factor * median(values[t - window:t])."""
@@ -45,38 +64,19 @@ def count_spikes(values, window, factor):
                if math.isfinite(values[t]) and values[t] > factor * statistics.median(values[t - window:t]))
 
 
-def activation_rms(ckpt_path, batch):
-    """RMS of the residual stream after the embeddings and after each block: a list of L + 1,
-    with the model's residual scales as the run left them."""
-    ck = load_checkpoint(ckpt_path)
-    m = GPT(GPTConfig(**ck["model_config"]))
-    m.load_state_dict(ck["model"])
-    m.eval()
-    rms = []
-    record = lambda mod, inp, out: rms.append(out.float().pow(2).mean().sqrt().item())  # noqa: E731
-    hooks = [m.transformer.drop.register_forward_hook(record)]  # embeddings (dropout is off)
-    hooks += [b.register_forward_hook(record) for b in m.transformer.h]
-    with torch.no_grad():
-        m(batch)
-    for h in hooks:
-        h.remove()
-    return rms
-
-
 class Data:
-    """The corpus of the runs (loaded once) and its fixed validation batch and unigram loss."""
+    """The corpus of the runs (loaded once), its fixed validation batch and its unigram loss."""
 
     def __init__(self):
         self.key, self.batch, self.unigram_loss = None, None, None
 
     def load(self, run):
-        args = train.parse_args(run.argv + ["--out", str(run.folder)])
+        args = parse_args(run.argv + ["--out", str(run.folder)])
         key = (args.stages, args.block_size, args.batch_size)
         if key != self.key:
-            corpus = train.load_corpus(args.stages, args)
-            self.batch = train.get_batch(corpus, "val", args.batch_size, args.block_size, [20260305], 0, 1,
-                                         torch.device("cpu"))[0]
-            self.unigram_loss = math.log(train.unigram_perplexity(corpus))
+            corpus = run_corpus(args)
+            self.batch = val_batch(corpus, args.batch_size, args.block_size)
+            self.unigram_loss = unigram_loss(corpus)
             self.key = key
         return args
 
@@ -102,8 +102,11 @@ def analyse_run(a, run, data):
     if r["best_val_loss"] is None and r["val_curve"]:
         r["best_val_loss"] = min(r["val_curve"].values())
     r["failed"] = r["diverged"] or r["val_loss"] is None or r["val_loss"] >= r["unigram_loss"] - a.stuck_margin
-    ck = stage_file(run.folder, 0, args.stages)
-    r["act_rms"] = activation_rms(ck, data.batch) if ck.exists() else None
+    try:
+        model, _ = stage_model(run.folder, 0, args.stages)
+        r["act_rms"] = activation_rms(model, data.batch)
+    except FileNotFoundError:  # a run that diverged before its stage checkpoint
+        r["act_rms"] = None
     r["act_growth"] = r["act_rms"][-1] / r["act_rms"][1] if r["act_rms"] and len(r["act_rms"]) > 1 else None
     return r
 
@@ -113,12 +116,250 @@ def analyse(a, runs):
     return [analyse_run(a, run, data) for run in runs]
 
 
+def collect(a, scan_recs, meas_recs, point):
+    """The records a report is rendered from: the experiment's settings (as the runs were made:
+    those a report.json kept, if `a` came from one; without --report-only, a fact of the
+    invocation, not of the runs), the measurement point (lr, depths, why), the spike rule and
+    every finished run's record."""
+    lr, depths, why = point
+    settings = {k: v for k, v in (getattr(a, "_settings", None) or settings_json(a)).items() if k != "report_only"}
+    return {"settings": settings, "measurement_point": {"lr": lr, "depths": depths, "why": why},
+            "spike_definition": {"window": a.spike_window, "loss_factor": 1 + a.loss_spike_pct / 100,
+                                 "grad_factor": a.grad_spike_x, "first_counted_step_index": a.spike_window},
+            "scan": [r for r in scan_recs if r is not None], "runs": [r for r in meas_recs if r is not None]}
+
+
+def read_records(out):
+    """The records of OUT/report.json (what render needs when the run folders are gone)."""
+    path = Path(out) / "report.json"
+    if not path.exists():
+        return None
+    rep = json.loads(path.read_text())
+    return {k: rep[k] for k in RECORD_KEYS if k in rep}
+
+
+def settings_of(records, out):
+    """The experiment's flags as the records keep them (a Namespace; out = where the report goes,
+    _settings = the kept settings themselves, so that collect keeps them as they were)."""
+    a = argparse.Namespace(**records["settings"])
+    a.out, a._settings = Path(out), records["settings"]
+    return a
+
+
+def kept_provenance(out):
+    """OUT/provenance.json summed over its invocations, else the provenance the existing
+    report.json keeps (the committed runs' reconstructed one), else None. Never the rebuild's."""
+    out = Path(out)
+    if (out / "provenance.json").exists():
+        return summarize_provenance(json.loads((out / "provenance.json").read_text()))
+    if (out / "report.json").exists():
+        return json.loads((out / "report.json").read_text()).get("provenance")
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
-# tables and sentences
+# the reading rule, paired by seed
+
+def paired(treat, base, higher_is_better=False):
+    """ProRes against its baseline run by run: treat[i] and base[i] share a seed (the same batches,
+    train.py draws them from (seed, stage, step), and the same initial weights unless the arms'
+    inits differ). Two-sided paired t-test (scipy.stats.ttest_rel) of the differences d_i =
+    treat[i] - base[i]; the shape of common.compare, n = the number of pairs: `clear` only at
+    p < ALPHA with n >= MIN_N pairs."""
+    from scipy import stats
+    pairs = [(t, b) for t, b in zip(treat, base) if t is not None and b is not None
+             and math.isfinite(t) and math.isfinite(b)]
+    pairs = [(float(t), float(b)) for t, b in pairs]
+    d = [t - b for t, b in pairs]
+    diff = statistics.mean(d) if d else float("nan")
+    p = None
+    if len(d) >= 2 and statistics.pstdev(d) > 1e-12 * max(1.0, abs(diff)):
+        p = float(stats.ttest_rel([t for t, _ in pairs], [b for _, b in pairs]).pvalue)
+        p = p if math.isfinite(p) else None
+    clear = p is not None and p < ALPHA and len(d) >= MIN_N
+    return {"diff": diff, "p": p, "n": len(d), "clear": clear,
+            "better": None if not clear else (diff > 0) == higher_is_better}
+
+
+def combined_verdict(verdicts):
+    """One verdict of a claim from its sub-cells' verdicts: theirs if they all agree, "partly" if
+    they disagree (`ours` then names the cells with a clear difference), "not measured" if none was."""
+    vs = {v for v in verdicts if v != "not measured"}
+    return "not measured" if not vs else vs.pop() if len(vs) == 1 else "partly"
+
+
+def by_seed(rs, key):
+    return {r["seed"]: r[key] for r in rs if r.get(key) is not None}
+
 
 def cell(recs, **match):
     return [r for r in recs if r is not None and all(r[k] == v for k, v in match.items())]
 
+
+# what each compared metric is, and its unit in a reading
+METRICS = {"val_loss": ("final val loss", "{:.3f} nats"), "max_grad_norm": ("largest gradient norm", "{:.2f}"),
+           "act_growth": ("activation growth (RMS after the last block / after the first)", "{:.2f}"),
+           "loss_spikes": ("loss spikes per run", "{:.1f}"), "grad_spikes": ("gradient spikes per run", "{:.1f}")}
+# each reading_table: the metric, and the words for ProRes' value below / above its baseline's
+READINGS = (("val_loss", "lower", "higher"), ("max_grad_norm", "lower", "higher"), ("act_growth", "smaller", "larger"),
+            ("loss_spikes", "fewer", "more"), ("grad_spikes", "fewer", "more"))
+
+
+def compare_cell(base, pro, key):
+    """ProRes - baseline on one metric over seeds: Welch (common.compare) and paired by seed."""
+    b, p = by_seed(base, key), by_seed(pro, key)
+    seeds = sorted(b.keys() & p.keys())
+    return {"welch": compare(list(p.values()), list(b.values())),
+            "paired": paired([p[s] for s in seeds], [b[s] for s in seeds]), "seeds": seeds,
+            "base": [b[s] for s in sorted(b)], "prores": [p[s] for s in sorted(p)]}
+
+
+def comparisons(a, recs, depths):
+    """Every (metric, placement, depth) cell of the measurement: ProRes against its baseline."""
+    out = []
+    for key in METRICS:
+        for norm in a.norms:
+            for d in depths:
+                base, pro = cell(recs, norm=norm, prores=False, depth=d), cell(recs, norm=norm, prores=True, depth=d)
+                if base and pro:
+                    out.append(dict(metric=key, norm=norm, depth=d, **compare_cell(base, pro, key)))
+    return out
+
+
+def pooled(recs, depth, key, norms):
+    """ProRes - baseline on one metric at one depth, every placement together, paired by
+    (placement, seed)."""
+    pairs = []
+    for norm in norms:
+        b = by_seed(cell(recs, norm=norm, prores=False, depth=depth), key)
+        p = by_seed(cell(recs, norm=norm, prores=True, depth=depth), key)
+        pairs += [(p[s], b[s]) for s in sorted(b.keys() & p.keys())]
+    return paired([t for t, _ in pairs], [b for _, b in pairs])
+
+
+def depth_penalty(recs, norm, d0, d):
+    """The loss a placement loses from d0 to d layers, baseline and ProRes, paired by seed:
+    pen(seed) = loss(d, seed) - loss(d0, seed); ProRes' penalty against the baseline's."""
+    pen = {}
+    for pr in (False, True):
+        lo, hi = by_seed(cell(recs, norm=norm, prores=pr, depth=d0), "val_loss"), \
+                 by_seed(cell(recs, norm=norm, prores=pr, depth=d), "val_loss")
+        pen[pr] = {s: hi[s] - lo[s] for s in lo.keys() & hi.keys()}
+    seeds = sorted(pen[False].keys() & pen[True].keys())
+    base_deg = paired([by_seed(cell(recs, norm=norm, prores=False, depth=d), "val_loss").get(s) for s in seeds],
+                      [by_seed(cell(recs, norm=norm, prores=False, depth=d0), "val_loss").get(s) for s in seeds])
+    return {"base": [pen[False][s] for s in seeds], "prores": [pen[True][s] for s in seeds],
+            "baseline_degrades": base_deg, "test": paired([pen[True][s] for s in seeds], [pen[False][s] for s in seeds])}
+
+
+def both(c, better, worse, fmt):
+    """A cell's reading, paired test first (the design pairs by seed), then Welch's."""
+    amount = "by " + fmt.format(abs(c["paired"]["diff"])) if math.isfinite(c["paired"]["diff"]) else ""
+    return (f"paired: {reading(c['paired'], better, worse, amount)}; "
+            f"Welch: {reading(c['welch'], better, worse)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the verdicts: one entry per claim of the paper
+
+def mean_pm(xs, fmt="{:.3f}"):
+    return fmt_mean_std([x for x in xs if x is not None], fmt)
+
+
+def cells_text(cs, better, worse, fmt, where):
+    """'clear' cells named, the rest counted: '<reading> at <where>; ...; no clear difference in k other cells'."""
+    clear = [c for c in cs if c["paired"]["clear"]]
+    parts = [f"{reading(c['paired'], better, worse, 'by ' + fmt.format(abs(c['paired']['diff'])))} {where(c)}"
+             for c in clear]
+    rest = len(cs) - len(clear)
+    if rest:
+        parts.append(f"no clear difference in {'the ' if not clear else ''}{rest}{' other' if clear else ''} "
+                     f"cell{'s' if rest > 1 else ''}")
+    return "; ".join(parts)
+
+
+def test_text(cs, name="paired t by seed"):
+    """The tests of a claim's cells: every p, or for many cells the range and the count below ALPHA."""
+    ns = ", ".join(sorted({"n = " + str(c["paired"]["n"]) for c in cs}))
+    if len(cs) <= 4:
+        return f"{name} ({ns}): " + ", ".join(f"{fmt_p(c['paired']['p'])} at {c['where']}" for c in cs)
+    ps = [c["paired"]["p"] for c in cs if c["paired"]["p"] is not None]
+    return (f"{name} ({ns}) in each of {len(cs)} cells: p from {fmt_p(min(ps))[4:]} to {fmt_p(max(ps))[4:]}, "
+            f"{sum(c['paired']['clear'] for c in cs)} of {len(cs)} clear" if ps else f"{name}: no test")
+
+
+def verdicts(a, recs, depths, cmp):
+    """The paper's claims, each against our cells (module docstring: the reading rule)."""
+    get = lambda key, norm=None: [dict(c, where=f"{label(c['norm'], False)} L = {c['depth']}")  # noqa: E731
+                                  for c in cmp if c["metric"] == key and (norm is None or c["norm"] == norm)]
+    out = []
+    for norm in a.norms:  # the headline: lower loss, for each placement (condition) on its own
+        cs = [dict(c, where=f"L = {c['depth']}") for c in get("val_loss", norm)]
+        if not cs:
+            continue
+        ours = "; ".join(f"L = {c['depth']}: {mean_pm(c['prores'])} vs {mean_pm(c['base'])}"
+                         + (f", {reading(c['paired'], 'lower', 'higher')}" if c["paired"]["clear"] else "")
+                         for c in cs)
+        out.append({"claim": f"ProRes lowers the loss with {label(norm, False)}",
+                    "paper": "lower perplexity at every size, 71M-7B parameters",
+                    "ours": f"final val loss, ProRes vs baseline: {ours}",
+                    "test": test_text(cs),
+                    "verdict": combined_verdict([verdict_of(c["paired"]) for c in cs])})
+    d0, deep = depths[0], depths[1:]
+    if "pre" in a.norms and deep:
+        pens = [dict(depth_penalty(recs, "pre", d0, d), depth=d) for d in deep]
+        ours = "; ".join(penalty_text(d0, p) for p in pens)
+        out.append({"claim": "ProRes stays stable at depth where Pre-LN degrades",
+                    "paper": "stable at 120 layers where Pre-LN degrades (71M parameters, 24-120 layers)",
+                    "ours": f"Pre-LN final val loss lost with depth (paired by seed): {ours}",
+                    "test": "paired t by seed of ProRes' depth penalty against the baseline's: " +
+                            ", ".join(f"{fmt_p(p['test']['p'])} (n = {p['test']['n']}) at L = {p['depth']}"
+                                      for p in pens),
+                    "verdict": combined_verdict([verdict_of(p["test"]) for p in pens])})
+    for key, what in (("loss_spikes", "loss"), ("grad_spikes", "gradient")):
+        cs = [dict(paired=pooled(recs, d, key, a.norms), where=f"L = {d}", depth=d) for d in depths]
+        ours = "; ".join(f"L = {c['depth']}: {mean_pm([r[key] for r in cell(recs, prores=True, depth=c['depth'])], '{:.1f}')}"
+                         f" vs {mean_pm([r[key] for r in cell(recs, prores=False, depth=c['depth'])], '{:.1f}')}"
+                         + (f", {reading(c['paired'], 'fewer', 'more')}" if c["paired"]["clear"] else "")
+                         for c in cs)
+        out.append({"claim": f"ProRes has fewer {what} spikes",
+                    "paper": f"almost no {what} spikes",
+                    "ours": f"{what} spikes per run, ProRes vs baseline, every placement together: {ours}",
+                    "test": test_text(cs, "paired t by (placement, seed)"),
+                    "verdict": combined_verdict([verdict_of(c["paired"]) for c in cs])})
+    cs = get("max_grad_norm")
+    if cs:
+        out.append({"claim": "ProRes lowers the largest gradient norm",
+                    "paper": "almost no gradient spikes",
+                    "ours": "largest gradient norm before clipping, ProRes vs baseline, by placement and depth: "
+                            + cells_text(cs, "lower", "higher", "{:.2f}", lambda c: f"at {c['where']}"),
+                    "test": test_text(cs),
+                    "verdict": combined_verdict([verdict_of(c["paired"]) for c in cs])})
+    cs = [c for c in get("act_growth") if c["norm"] in OPEN_STREAM]
+    if cs:
+        out.append({"claim": "ProRes flattens the growth of activation norms with depth",
+                    "paper": "activation norms grow linearly with depth instead of exponentially",
+                    "ours": "RMS of the residual stream after the last block / after the first, ProRes vs baseline "
+                            "(placements without a norm on the residual stream): "
+                            + cells_text(cs, "smaller", "larger", "{:.2f}", lambda c: f"at {c['where']}"),
+                    "test": test_text(cs),
+                    "verdict": combined_verdict([verdict_of(c["paired"]) for c in cs])})
+    out.append({"claim": "ProRes raises zero-shot accuracy", "paper": "+1.27% average zero-shot accuracy",
+                "ours": f"not measured (`{a.stage}`: no downstream tasks)", "test": "not tested",
+                "verdict": "not measured"})
+    assert all(v["verdict"] in VERDICTS for v in out)
+    return out
+
+
+def penalty_text(d0, p):
+    amount = f"by {abs(p['test']['diff']):.3f}" if math.isfinite(p["test"]["diff"]) else ""
+    return (f"L = {d0} -> {p['depth']}: baseline {mean_pm(p['base'], '{:+.3f}')}"
+            f", {reading(p['baseline_degrades'], 'improves', 'degrades')}; ProRes {mean_pm(p['prores'], '{:+.3f}')}; "
+            f"ProRes' penalty against the baseline's: {reading(p['test'], 'smaller', 'larger', amount)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# render: report.md, report.json and the figures, from the records alone
 
 def measure_table(a, recs, depths, title, fn, fmt="{:.3f}", note_fail=False):
     rows = [f"### {title}", "", "| condition | " + " | ".join(f"L = {d}" for d in depths) + " |",
@@ -158,80 +399,18 @@ def scan_table(a, recs):
     return rows + [""]
 
 
-def verdicts(a, recs, depths):
-    """One sentence per (norm, depth): ProRes against its baseline, over seeds."""
-    out = []
-    for d in depths:
-        for norm in a.norms:
-            base, pro = cell(recs, norm=norm, prores=False, depth=d), cell(recs, norm=norm, prores=True, depth=d)
-            vb = [r["val_loss"] for r in base if not r["diverged"]]
-            vp = [r["val_loss"] for r in pro if not r["diverged"]]
-            if not vb or not vp:
-                if base and pro:
-                    out.append(f"- {label(norm, False)}, L = {d}: baseline diverged in "
-                               f"{sum(r['diverged'] for r in base)}/{len(base)}, ProRes in "
-                               f"{sum(r['diverged'] for r in pro)}/{len(pro)}.")
-                continue
-            diff = statistics.mean(vp) - statistics.mean(vb)
-            spread = max([statistics.stdev(v) for v in (vb, vp) if len(v) > 1] or [0.0])
-            p = welch_p(vb, vp)
-            seeds = sorted({r["seed"] for r in base} & {r["seed"] for r in pro})
-            pair = {(r["seed"], r["prores"]): r["val_loss"] for r in base + pro if not r["diverged"]}
-            wins = sum(1 for s in seeds
-                       if (s, True) in pair and (s, False) in pair and pair[(s, True)] < pair[(s, False)])
-            if len(vb) < 2 or len(vp) < 2:
-                how = "one seed: no spread to judge it by"
-            elif abs(diff) > 2 * spread:
-                how = f"more than twice the seed spread {spread:.3f}; Welch p = {p:.2g}" if p is not None else \
-                      f"more than twice the seed spread {spread:.3f}"
-            else:
-                how = f"within twice the seed spread {spread:.3f}: not a clear effect"
-            ms = lambda rs, k: statistics.mean([r[k] for r in rs])  # noqa: E731
-            fb, fp = sum(r["failed"] for r in base), sum(r["failed"] for r in pro)
-            out.append(f"- {label(norm, False)}, L = {d}: ProRes {'lowers' if diff < 0 else 'raises'} the final "
-                       f"val loss by {abs(diff):.3f} nats ({how}; lower in {wins} of {len(seeds)} seeds); "
-                       f"failed runs (diverged or stuck) {fb} -> {fp}; loss spikes {ms(base, 'loss_spikes'):.1f} -> "
-                       f"{ms(pro, 'loss_spikes'):.1f}, gradient spikes {ms(base, 'grad_spikes'):.1f} -> "
-                       f"{ms(pro, 'grad_spikes'):.1f} per run.")
-    return out
+def reading_table(a, cmp, depths, key, better, worse):
+    """ProRes against its baseline on one metric, every (placement, depth) cell, both tests."""
+    name, fmt = METRICS[key]
+    rows = [f"#### {name[0].upper() + name[1:]}", "", "| placement | " + " | ".join(f"L = {d}" for d in depths) + " |",
+            "|---|" + "---|" * len(depths)]
+    for norm in a.norms:
+        cs = {c["depth"]: c for c in cmp if c["metric"] == key and c["norm"] == norm}
+        if cs:
+            rows.append(f"| {label(norm, False)} | " + " | ".join(both(cs[d], better, worse, fmt) if d in cs else "-"
+                                                                 for d in depths) + " |")
+    return rows + [""]
 
-
-def claims_table(a, recs, depths):
-    """The paper's claims beside what our measurement shows, one column per measured depth."""
-    def col(d):
-        better = clear = 0
-        for norm in a.norms:
-            vb = [r["val_loss"] for r in cell(recs, norm=norm, prores=False, depth=d) if not r["diverged"]]
-            vp = [r["val_loss"] for r in cell(recs, norm=norm, prores=True, depth=d) if not r["diverged"]]
-            if vb and vp:
-                diff = statistics.mean(vp) - statistics.mean(vb)
-                spread = max([statistics.stdev(v) for v in (vb, vp) if len(v) > 1] or [0.0])
-                better += diff < 0
-                clear += diff < 0 and len(vb) > 1 and len(vp) > 1 and -diff > 2 * spread
-        rs = lambda pr: cell(recs, prores=pr, depth=d)  # noqa: E731
-        spikes = lambda pr, k: statistics.mean([r[k] for r in rs(pr)] or [float("nan")])  # noqa: E731
-        fails = lambda pr: f"{sum(r['failed'] for r in rs(pr))}/{len(rs(pr))}"  # noqa: E731
-        grow = lambda pr: fmt_mean_std([r["act_growth"] for r in cell(recs, norm="pre", prores=pr, depth=d)],  # noqa: E731
-                                       "{:.2f}")
-        return (f"lower in {better} of {len(a.norms)} placements, by more than twice the seed spread in {clear}",
-                f"failed (diverged or stuck) {fails(False)} -> {fails(True)}; loss spikes per run "
-                f"{spikes(False, 'loss_spikes'):.1f} -> {spikes(True, 'loss_spikes'):.1f}, gradient spikes "
-                f"{spikes(False, 'grad_spikes'):.1f} -> {spikes(True, 'grad_spikes'):.1f}",
-                f"{grow(False)} -> {grow(True)}", "not measured (music: no downstream tasks)")
-    cols = [col(d) for d in depths]
-    claims = ["ProRes lowers perplexity at every size, with every placement (ours: final val loss, ProRes vs "
-              "baseline)",
-              "stable at depth where Pre-LN degrades; almost no loss or gradient spikes (ours: baseline -> ProRes)",
-              "activation norms grow linearly, not exponentially, with depth (ours: Pre-LN RMS after the last "
-              "block / after the first, baseline -> ProRes; per layer below and in activation_norms.png)",
-              "+1.27% average zero-shot accuracy"]
-    return ["| the paper's claim (71M-7B parameters, 24-120 layers, 100k steps) | " +
-            " | ".join(f"ours, L = {d}" for d in depths) + " |", "|---|" + "---|" * len(depths)] + \
-           [f"| {c} | " + " | ".join(col[k] for col in cols) + " |" for k, c in enumerate(claims)] + [""]
-
-
-# ---------------------------------------------------------------------------------------------
-# the report
 
 def activation_table(a, recs, d):
     """Residual-stream RMS at a few layers of the L = d models, mean over seeds."""
@@ -247,30 +426,68 @@ def activation_table(a, recs, d):
     return rows + [""]
 
 
+def ramp_text(a, depths):
+    return ", ".join(f"T = {prores_T(a, d, a.iters):g} at L = {d} (ramp ends at step "
+                     f"{math.ceil(prores_T(a, d, a.iters) * d - 1e-9)} of {a.iters})" for d in depths)
+
+
 def settings_line(a, lr, depths):
-    from experiments.prores import prores_T
-    Ts = ", ".join(f"T = {prores_T(a, d, a.iters):g} at L = {d} (ramp ends at step "
-                   f"{math.ceil(prores_T(a, d, a.iters) * d - 1e-9)} of {a.iters})" for d in depths)
     return (f"Stage `{a.stage}`, width {a.n_embd}, {a.n_head} heads, batch {a.batch_size} x {a.block_size} "
             f"tokens, `--init {a.init}`, AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, `--schedule {a.schedule}` "
             f"(warmup {a.warmup_frac:g} of the run" + (f", decay over the last {a.decay_frac:g} to {a.min_lr:g}"
                                                      if a.schedule == "wsd" else f", to {a.min_lr:g}") +
             f"). Measurement: lr {lr:g}, {a.iters} steps, seeds 0..{a.seeds - 1}, ProRes `{a.prores_schedule}` "
-            f"with {Ts}.")
+            f"with {ramp_text(a, depths)}.")
 
 
-def write_report(a, scan, scan_recs, meas, meas_recs, lr, depths, why, claim):
-    out = a.out
-    wall = json.loads((out / "wall.json").read_text()) if (out / "wall.json").exists() else {}
-    recs = [r for r in meas_recs if r is not None]
-    srecs = [r for r in scan_recs if r is not None]
+def init_note(a, recs):
+    """How the DeepNorm arms were initialised, from the records (runs before the per-arm init
+    carry no `init`: both arms then had DeepNet's Xavier init, implied by --norm deepnorm)."""
+    rs = cell(recs, norm="deepnorm")
+    if not rs:
+        return []
+    theirs = ("the authors' `deeppost` baseline has DeepNet's Xavier init and their `deeppost_prores` plain "
+              "N(0, 0.02) (dandingsky/ProRes, peft_pretraining/modeling_llama.py:161-164, 193-198 and 539-554)")
+    if any("init" not in r for r in rs):
+        return [f"DeepNorm's init: these runs predate the per-arm init, so both DeepNorm arms had DeepNet's "
+                f"Xavier init (then implied by `--norm deepnorm`), while {theirs}; the experiment now runs "
+                "`--init deepnet` for the baseline and `--init plain` for ProRes, as theirs.", ""]
+    inits = {pr: sorted({r["init"] for r in rs if r["prores"] == pr}) for pr in (False, True)}
+    return [f"DeepNorm's init: baseline `--init {', '.join(inits[False])}`, ProRes `--init {', '.join(inits[True])}` "
+            f"({theirs}).", ""]
+
+
+def regime(a, lr, depths):
+    """report.json's `regime`: our scale and budget against the paper's."""
+    return (f"Ours: GPT-2 blocks (LayerNorm) of width {a.n_embd}, {', '.join(map(str, depths))} layers, "
+            f"{a.iters} steps of {a.batch_size} x {a.block_size} tokens of `{a.stage}` at lr {lr:g}, "
+            f"{a.seeds} seed(s), ProRes ramps of {ramp_text(a, depths)}. The paper: LLaMA blocks (RMSNorm, "
+            "SwiGLU) of 71M-7B parameters, 24-120 layers at 71M, 100k steps of 512 x 1,024 tokens of C4 with "
+            "T = 500-1000 steps per layer, so our whole run is shorter than their lr warmup (2,000 steps).")
+
+
+def verdict_table(vs):
+    rows = ["| claim | the paper | ours | test | verdict |", "|---|---|---|---|---|"]
+    return rows + [f"| {v['claim']} | {v['paper']} | {v['ours']} | {v['test']} | **{v['verdict']}** |" for v in vs] + [""]
+
+
+def render(records, out):
+    """report.md, report.json and the PNGs of OUT from the records alone; returns report.md's text."""
+    out = Path(out)
+    a = settings_of(records, out)
+    point = records["measurement_point"]
+    lr, depths, why = point["lr"], point["depths"], point["why"]
+    srecs, recs = records["scan"], records["runs"]
+    prov = kept_provenance(out)
     train_s = sum(r["seconds"] or 0 for r in {r["name"]: r for r in recs + srecs}.values())
+    cmp = comparisons(a, recs, depths)
+    vs = verdicts(a, recs, depths, cmp) if recs else []
     lines = [f"# ProRes: depth scan and measurement{' (--quick)' if a.quick else ''} (preset `{a.preset}`)", "",
-             f"Paper's claim: {claim}.", "",
-             f"Hardware: {hardware()}. Training: {train_s / 60:.1f} min summed over runs; wall time of the sweep "
-             + (", ".join(f"{k} {v / 60:.1f} min" for k, v in wall.items()) or "not recorded") +
-             f" (--jobs {a.jobs}). Mean ± std over seeds (n = number of seeds).", "",
-             settings_line(a, lr, depths), ""]
+             provenance_line(prov), "",
+             f"Chen et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}. Paper's claim: {CLAIM}.", "",
+             regime(a, lr, depths), "",
+             f"Training: {train_s / 60:.1f} min summed over runs (train.run's seconds). Mean ± std over seeds "
+             "(n = number of seeds).", "", settings_line(a, lr, depths), ""] + init_note(a, recs)
     if a.scan:
         lines += [f"## Phase 1: scan of the baselines (seed 0, {a.scan_iters} steps)", "",
                   "Final val loss (nats/token); [loss spikes/gradient spikes]; \"stuck\": within "
@@ -282,7 +499,13 @@ def write_report(a, scan, scan_recs, meas, meas_recs, lr, depths, why, claim):
              [f"- measured: lr {lr:g}, depths {', '.join(map(str, depths))}", ""]
     lines += [f"## Phase 2: {len(a.norms)} placements x {{baseline, ProRes}} x {a.seeds} seed(s)", ""]
     if recs:
-        lines += claims_table(a, recs, depths)
+        lines += ["### The paper's claims against these runs", "",
+                  f"Each claim is read by one rule: a difference counts only at p < {ALPHA:g} with n >= {MIN_N} on "
+                  "each side, here by the t-test paired by seed (the runs of one seed share their batches and, "
+                  "unless the arms' inits differ, their initial weights); Welch's test is in the cell tables "
+                  "below. A claim made for several cells is \"partly\" where its cells disagree; `ours` names the "
+                  "cells with a clear difference.", ""]
+        lines += verdict_table(vs)
         lines += measure_table(a, recs, depths, "Final validation loss (nats/token; lower is better)",
                                lambda r: r["val_loss"], note_fail=True)
         lines += measure_table(a, recs, depths, "Best validation loss over the run's evaluations",
@@ -300,31 +523,34 @@ def write_report(a, scan, scan_recs, meas, meas_recs, lr, depths, why, claim):
         lines += activation_table(a, recs, depths[-1])
         lines += ["Post-LN and DeepNorm end every block with a LayerNorm, so their ratio is ~1 by construction; "
                   "the growth claim concerns the placements without a norm on the residual stream "
-                  "(Pre-LN, Sandwich, LNS).", "", "### ProRes against its baseline", ""]
-        lines += verdicts(a, recs, depths) + [""]
+                  "(Pre-LN, Sandwich, LNS).", "",
+                  "### ProRes against its baseline, cell by cell", "",
+                  "ProRes - baseline over the seeds of each cell: the t-test paired by seed, then Welch's test "
+                  "(common.compare), each read by the rule above.", ""]
+        for key, better, worse in READINGS:
+            lines += reading_table(a, cmp, depths, key, better, worse)
+        fails = lambda pr, d: cell(recs, prores=pr, depth=d)  # noqa: E731
+        lines += ["Failed runs (diverged or stuck), baseline -> ProRes, every placement together: "
+                  + "; ".join(f"L = {d}: {sum(r['failed'] for r in fails(False, d))}/{len(fails(False, d))} -> "
+                              f"{sum(r['failed'] for r in fails(True, d))}/{len(fails(True, d))}" for d in depths)
+                  + " (counts, not tested).", ""]
     lines += ["## Reading", "",
-              "What the tables show is what these runs show, whatever it is; where a difference sits within the "
-              "seed spread we do not claim an effect. Differences from the paper: it trains 71M-7B parameter "
-              "LLaMA models (width 512+, RMSNorm, SwiGLU) for 100k steps of 512 x 1,024 tokens on text, with "
-              f"T = 500-1000 steps per layer; here {a.n_embd}-wide GPT-2 blocks train for {a.iters} steps of "
-              f"{a.batch_size * a.block_size} tokens of `{a.stage}`, so the ramp is a few steps per layer and the "
-              "whole run is shorter than the authors' lr warmup." +
+              "Every effect named above is a generated reading of the rule; where a cell says \"no clear "
+              "difference\" these runs do not tell ProRes from its baseline." +
               (" This --quick run is a smoke test (one seed, tiny grid): it checks the pipeline, not the claim."
                if a.quick else ""), "",
-              "Figures: `scan.png` (final val loss against depth per lr, baselines), `activation_norms.png` (RMS "
-              "after each block, mean over seeds), `loss_curves.png` (training loss, 10-step running mean, seed 0), "
-              "`grad_norms.png` (seed 0). Every per-run number, curves included: `report.json`; the runs: "
+              "Figures: `loss_curves.png` (training loss, 10-step running mean, seed 0), `grad_norms.png` (seed 0), "
+              "`activation_norms.png` (RMS after each block, mean over seeds), `scan.png` (final val loss against "
+              "depth per lr, baselines). Every per-run number, curves included: `report.json`; the runs: "
               "`runs/<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>/`.", ""]
     text = "\n".join(lines)
-    common_write_text(out / "report.md", text)
+    figures = plot(a, srecs, recs, depths)
+    write_text(out / "report.md", text)
     write_json(out / "report.json", {
-        "claim": claim, "hardware": hardware(), "wall_seconds": wall, "train_seconds": train_s,
-        "settings": settings_json(a),
-        "measurement_point": {"lr": lr, "depths": depths, "why": why},
-        "spike_definition": {"window": a.spike_window, "loss_factor": 1 + a.loss_spike_pct / 100,
-                             "grad_factor": a.grad_spike_x, "first_counted_step_index": a.spike_window},
-        "scan": srecs, "runs": recs})
-    plot(a, srecs, recs, depths)
+        "source": SOURCE, "regime": regime(a, lr, depths), "figures": figures, "verdicts": vs,
+        "provenance": prov, "claim": CLAIM, **{k: records[k] for k in ("settings", "measurement_point",
+                                                                       "spike_definition")},
+        "train_seconds": train_s, "comparisons": cmp, "scan": srecs, "runs": recs})
     return text
 
 
@@ -332,7 +558,9 @@ def write_report(a, scan, scan_recs, meas, meas_recs, lr, depths, why, claim):
 # figures
 
 def plot(a, srecs, recs, depths):
+    """Draw the PNGs into a.out; returns their names, most telling first (report.json's `figures`)."""
     plt = pyplot()
+    drawn = []
     if srecs:
         fig, axes = plt.subplots(1, len(a.scan_norms), figsize=(5 * len(a.scan_norms), 3.8), squeeze=False)
         for ax, norm in zip(axes[0], a.scan_norms):
@@ -355,8 +583,9 @@ def plot(a, srecs, recs, depths):
             ax.legend(fontsize=8)
         fig.tight_layout()
         save_figure(fig, a.out / "scan.png")
+        drawn.append("scan.png")
     if not recs:
-        return
+        return drawn
 
     def per_depth(ylabel, draw, fname, logy=False):
         fig, axes = plt.subplots(1, len(depths), figsize=(5 * len(depths), 3.8), squeeze=False)
@@ -374,6 +603,7 @@ def plot(a, srecs, recs, depths):
         axes[0][0].legend(fontsize=7)
         fig.tight_layout()
         save_figure(fig, a.out / fname)
+        drawn.append(fname)
 
     def acts(ax, rs, kw):
         rs = [r for r in rs if r["act_rms"]]
@@ -395,3 +625,4 @@ def plot(a, srecs, recs, depths):
     per_depth("residual-stream RMS", acts, "activation_norms.png", logy=True)
     per_depth("train loss (10-step mean)", curve("loss", 10), "loss_curves.png")
     per_depth("grad norm (before clipping)", curve("grad_norm", 1), "grad_norms.png", logy=True)
+    return [f for f in FIGURES if f in drawn]
