@@ -1,10 +1,12 @@
 """
 Data-constrained grid: AR with a tuned strong weight decay vs + MIR, and the masked-diffusion baseline, many epochs on fixed unique data; the scaling laws fitted to it.
-Xu et al., arXiv 2606.06888 (PAPERS.md section 3): MIR lowers the validation loss at every size (more at larger sizes) and is worth ~1.3x unique data; SoftQ fits and extrapolates best; strong decay tuned for AR closes most of the AR-dLLM gap.
+Xu et al., arXiv 2606.06888 (github.com/yixinw-lab/dc_pretrain): MIR lowers the validation loss at every size (more at larger sizes) and is worth ~1.3x unique data; SoftQ fits and extrapolates best; strong decay tuned for AR closes most of the AR-dLLM gap.
 
     python experiments/data_constrained.py --quick         # the pipeline end to end, ~4 min here
     python experiments/data_constrained.py                 # the default grid (estimate below)
     python experiments/data_constrained.py --report-only   # rebuild the report from finished runs
+    python experiments/data_constrained.py --report-only --out experiments/results/data_constrained
+                                                           # ... or from report.json alone (runs gone)
 
 Phases (every run is train.run in its own folder OUT/runs/<name>/, skipped when finished, resumed
 from its last checkpoint when interrupted: experiments.lib.common.run_sweep; a run's name is its
@@ -22,14 +24,19 @@ configuration share one run):
    seen, same batches; its loss is the NLL bound).
 3. evaluation: every final checkpoint on the WHOLE validation stream in non-overlapping windows
    of --block-size (AR: per-token cross-entropy of every target; MDLM: diffusion.MDLM's bound with
-   its fixed levels and masks, the same masks for every run), cached in the run folder. This, not
-   train.py's sampled validation batches, is the loss in runs.csv: deterministic and identical in
-   coverage for every run, so cells differ only by their training.
-4. analysis (experiments/lib/data_constrained_report.py): runs.csv (N,U,D,loss,method,seed; N =
-   non-embedding parameters, the papers' convention; the embedding is 161 x d here, so total
-   parameters would barely differ), every law of scaling.py per method on the seed-averaged
-   cells, MIR's gain per cell, its effective-data multiplier under the baseline's SoftQ fit,
-   the per-token analysis, AR vs MDLM, report.md / report.json / PNGs.
+   its fixed levels and masks, the same masks for every run), cached in the run folder
+   (experiments/lib/evaluate.evaluate_run). This, not train.py's sampled validation batches, is
+   the loss in runs.csv: deterministic and identical in coverage for every run, so cells differ
+   only by their training.
+4. analysis (experiments/lib/data_constrained_report.py): collect (from the run folders: the
+   losses, every law of scaling.py per method on the seed-averaged cells, the per-token analysis
+   of lib/data_constrained_tokens.py), then render (from those records alone: runs.csv
+   (N,U,D,loss,method,seed; N = non-embedding parameters, the papers' convention; the embedding
+   is 161 x d here, so total parameters would barely differ), MIR's gain per cell, its
+   effective-data multiplier under the baseline's SoftQ fit, AR vs MDLM, each claim of the paper
+   read by the reading rule, report.md / report.json / PNGs). report.json keeps the records, so
+   --report-only where OUT/runs is gone rebuilds the same report byte for byte; OUT/provenance.json
+   records every invocation that trained (commit, command, hardware, wall and CPU time).
 
 Choices (measured here; each is a flag):
 - corpus: `music` (the music21 corpus, 160 event tokens, 521k training tokens). The prose stage
@@ -64,7 +71,6 @@ plus ~3 min of evaluation and fits.
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -73,17 +79,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
-from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
+from flags import ArgumentParser, parse_args as train_parse_args  # noqa: E402 (one-line errors, like train.py)
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-import train  # noqa: E402
-from checkpoint import load_checkpoint, stage_file  # noqa: E402
+from batches import load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
-from experiments.lib.common import Run, add_sweep_args, main_guard, read_summary, run_sweep, write_json  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+from experiments.lib import data_constrained_report as rep  # noqa: E402
+from experiments.lib.common import Provenance, Run, add_sweep_args, is_finished, main_guard, run_sweep  # noqa: E402
+from experiments.lib.evaluate import evaluate_run, evaluate_runs  # noqa: E402
 
 METHODS = ("wd", "wd+mir", "ar-weak", "mdlm-weak", "mdlm-strong")
 # method -> (objective of the run name: ar | mir | mdlm, which decay: strong | weak)
@@ -268,8 +272,8 @@ def grid_runs(a, strong):
 
 def check_budgets(a):
     """A budget larger than the corpus is a one-line error before anything is trained."""
-    args = train.parse_args(["--stages", a.stage, "--block-size", str(a.block_size)] + a.train_args.split())
-    n = len(train.load_corpus(a.stage, args).train)
+    args = train_parse_args(["--stages", a.stage, "--block-size", str(a.block_size)] + a.train_args.split())
+    n = len(load_corpus(a.stage, args).train)
     unit = a.block_size + 1 if a.subset == "chunks" else 1
     for U in a.budgets:
         if U // unit < 1 or U // unit * unit > n // unit * unit:
@@ -287,209 +291,12 @@ def unique(runs):
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# evaluation of a final checkpoint on the whole validation stream
-
-def val_windows(corpus, T):
-    """(x, y, mask) of the whole validation split: records (record corpora) or non-overlapping
-    windows of T + 1 tokens with stride T (every target once, the first token of the split excepted)."""
-    val = np.asarray(corpus.val, dtype=np.int64)
-    mask = None if corpus.val_mask is None else np.asarray(corpus.val_mask, dtype=np.int64)
-    seq = corpus.info.get("seq_len")
-    if seq:
-        idx = np.arange(len(val) // seq)[:, None] * seq + np.arange(seq)
-    else:
-        n = (len(val) - 1) // T
-        if n < 1:
-            raise UserError(f"{corpus.name}: validation has {len(val)} tokens, fewer than one window of {T + 1}")
-        idx = np.arange(n)[:, None] * T + np.arange(T + 1)
-    w = torch.from_numpy(val[idx])
-    m = torch.ones(w[:, 1:].shape, dtype=torch.long) if mask is None else torch.from_numpy(mask[idx[:, 1:]])
-    return w[:, :-1], w[:, 1:], m
-
-
-def load_model(path):
-    ck = load_checkpoint(path)
-    model = GPT(GPTConfig(**ck["model_config"]))
-    model.load_state_dict(ck["model"])
-    return model.eval(), ck
-
-
-@torch.no_grad()
-def evaluate_run(run, corpus, batch=64):
-    """Full-validation loss of a finished run, cached in <run>/val_eval.json (+ val_tokens.npy,
-    the per-target cross-entropy of an AR run, the per-token analysis's input)."""
-    import diffusion
-    s = read_summary(run.folder)
-    if s is None:
-        return None
-    e = cached_eval(run, s)
-    if e is not None:
-        return e
-    args = s["args"]
-    model, ck = load_model(stage_file(run.folder, 0, args["stages"]))
-    x, y, m = val_windows(corpus, args["block_size"])
-    if ck.get("objective") == "mdlm":  # the bound at fixed levels; masks seeded by the batch index
-        mdlm, lm = diffusion.MDLM(mask_id=ck["mask_id"]), corpus.val_mask is not None
-        total = sum(mdlm.eval_loss(model, x[i:i + batch], y[i:i + batch], m[i:i + batch] if lm else None,
-                                   i // batch).item() * len(x[i:i + batch]) for i in range(0, len(x), batch))
-        loss, kind, n = total / len(x), "nll bound", int(x.numel())
-    else:
-        ce = torch.cat([F.cross_entropy(model(x[i:i + batch])[0].float().flatten(0, 1), y[i:i + batch].flatten(),
-                                        reduction="none") for i in range(0, len(x), batch)])
-        keep = m.flatten() > 0
-        loss, kind, n = ce[keep].mean().item(), "nll", int(keep.sum())
-        np.save(run.folder / "val_tokens.npy", ce.view(y.shape).numpy().astype(np.float32))
-    e = {"loss": loss, "kind": kind, "tokens": n, "summary_seconds": s["seconds"]}
-    write_json(run.folder / "val_eval.json", e)
-    return e
-
-
-def cached_eval(run, summary):
-    """The run's val_eval.json if it was computed from this summary's checkpoint, else None."""
-    path = run.folder / "val_eval.json"
-    e = json.loads(path.read_text()) if path.exists() else None
-    return e if e and e.get("summary_seconds") == summary["seconds"] else None
-
-
-def _eval_worker(folder, threads):
-    torch.set_num_threads(threads)
-    s = read_summary(folder)
-    evaluate_run(Run(Path(folder).name, Path(folder), []), stage_corpus(s["args"]))
-    return folder
-
-
-def evaluate_all(runs, jobs, threads=0):
-    """Evaluate every finished run that has no current val_eval.json, `jobs` at a time (spawned
-    processes, like run_sweep: small models gain more from two processes than from two threads)."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    from experiments.lib.common import threads_per_run
-    todo = [r for r in unique(runs) if read_summary(r.folder) and not cached_eval(r, read_summary(r.folder))]
-    if not todo:
-        return
-    print(f"   evaluating {len(todo)} checkpoint(s) on the whole validation split", flush=True)
-    if jobs <= 1 or len(todo) == 1:
-        for r in todo:
-            evaluate_run(r, stage_corpus(read_summary(r.folder)["args"]))
-        return
-    from experiments.data_constrained import _eval_worker as work  # an importable name for spawn
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        list(pool.map(work, [str(r.folder) for r in todo], [threads_per_run(jobs, threads)] * len(todo)))
-
-
-_CORPORA = {}
-
-
-def stage_corpus(args_dict):
-    """The run's corpus (training subset as the run saw it), loaded once per subset (the runs of
-    one experiment differ in their data only by U: --unique-tokens and --music-chunks)."""
-    a = train.parse_args(["--stages", args_dict["stages"]])
-    for k, v in args_dict.items():
-        setattr(a, k, v)
-    key = (args_dict["stages"], args_dict.get("unique_tokens"), args_dict.get("music_chunks"),
-           args_dict.get("data_seed"), args_dict.get("block_size"), args_dict.get("music_composers"))
-    if key not in _CORPORA:
-        _CORPORA[key] = train.load_corpus(args_dict["stages"], a)
-    return _CORPORA[key]
-
-
 def val_loss(run):
     """The run's full-validation loss (evaluated now if needed); inf if it diverged, None if unfinished."""
     if (run.folder / "diverged.json").exists():
         return math.inf
-    s = read_summary(run.folder)
-    if s is None:
-        return None
-    e = evaluate_run(run, stage_corpus(s["args"]))
-    return e["loss"]
-
-
-# ---------------------------------------------------------------------------------------------
-# per-token analysis: where MIR's gain sits
-
-FREQ_EDGES = (0, 1, 10, 100, 1000, 10_000, 100_000)  # bucket k: EDGES[k] <= training count < EDGES[k+1]
-
-
-def token_name(corpus, i):
-    """A readable name for token id i of the corpus' vocabulary."""
-    if str(corpus.info.get("tokenizer", "")).startswith("midi-events"):
-        from data import midi as mu
-        if i < mu.NOTE_OFFSET:
-            return ("PAD", "BOS", "EOS")[i]
-        if i < mu.VELOCITY_OFFSET:
-            p = i - mu.NOTE_OFFSET + mu.MIN_PITCH
-            return f"NOTE {('C', 'C#', 'D', 'D#', 'E', 'F', 'F#', 'G', 'G#', 'A', 'A#', 'B')[p % 12]}{p // 12 - 1}"
-        if i < mu.SHIFT_OFFSET:
-            return f"VELOCITY {i - mu.VELOCITY_OFFSET}"
-        if i < mu.DURATION_OFFSET:
-            return f"SHIFT {mu.SHIFT_BINS[i - mu.SHIFT_OFFSET] * 10} ms"
-        if i < mu.VOCAB_SIZE:
-            return f"DURATION {mu.DURATION_BINS[i - mu.DURATION_OFFSET] * 10} ms"
-        return "[MASK]"
-    try:
-        t = corpus.decode([int(i)])
-        return repr(t) if isinstance(t, str) else str(i)
-    except Exception:  # a decoder that needs more than one token
-        return str(i)
-
-
-def per_token(a, records):
-    """Where MIR's gain sits. Per validation target, gain = CE(wd) - CE(wd+mir) of matched runs
-    (same size, U, seed; both read from their val_tokens.npy), bucketed by the target token's count
-    in that run's training subset (FREQ_EDGES); pooled over all pairs, per U and per size. Also
-    the tokens with the largest summed gain (and the most negative), decoded, and the gain by
-    position in the window (MIR never masks the first keep-first positions)."""
-    ok = [r for r in records["runs"] if r["status"] == "done"]
-    base = {(r["size"], r["U"], r["seed"]): r for r in ok if r["method"] == "wd"}
-    pairs = [(base[(r["size"], r["U"], r["seed"])], r) for r in ok
-             if r["method"] == "wd+mir" and (r["size"], r["U"], r["seed"]) in base]
-    if not pairs:
-        return None
-    nb = len(FREQ_EDGES)
-    labels = [f"{lo:,}-{hi - 1:,}" if hi - lo > 1 else f"{lo:,}" for lo, hi in zip(FREQ_EDGES, FREQ_EDGES[1:])]
-    labels.append(f">= {FREQ_EDGES[-1]:,}")
-    agg, n_pairs = {}, {}  # key -> per bucket [targets, sum CE wd, sum CE wd+mir, sum gain]; key -> pairs
-    for rb, rm in pairs:
-        args = read_summary(a.out / "runs" / rb["name"])["args"]
-        corpus = stage_corpus(args)
-        _, y, m = val_windows(corpus, args["block_size"])
-        keep = m.numpy() > 0
-        ce_b = np.load(a.out / "runs" / rb["name"] / "val_tokens.npy")
-        ce_m = np.load(a.out / "runs" / rm["name"] / "val_tokens.npy")
-        yk, gain = y.numpy()[keep], (ce_b - ce_m)[keep]
-        counts = np.bincount(np.asarray(corpus.train, dtype=np.int64), minlength=corpus.vocab_size)
-        bucket = np.searchsorted(FREQ_EDGES, counts[yk], side="right") - 1
-        for key in ("all", f"U={rb['U']}", f"size={rb['size']}"):
-            np.add.at(agg.setdefault(key, np.zeros((nb, 4))), bucket,
-                      np.stack([np.ones_like(gain), ce_b[keep], ce_m[keep], gain], 1))
-            n_pairs[key] = n_pairs.get(key, 0) + 1
-        if "tokens" not in agg:
-            agg["tokens"] = np.zeros((corpus.vocab_size, 2))  # per token id: summed gain, targets
-            agg["position"] = np.zeros((y.shape[1], 2))       # per position in the window: likewise
-        np.add.at(agg["tokens"], yk, np.stack([gain, np.ones_like(gain)], 1))
-        agg["position"] += np.stack([((ce_b - ce_m) * keep).sum(0), keep.sum(0)], 1)
-
-    def table(t, n):
-        total = t[:, 3].sum()
-        return [dict(bucket=labels[k], targets_per_pair=t[k, 0] / n, ce_wd=t[k, 1] / t[k, 0], ce_mir=t[k, 2] / t[k, 0],
-                     gain=t[k, 3] / t[k, 0], gain_per_pair=t[k, 3] / n, share=t[k, 3] / total if total > 0 else None)
-                for k in range(nb) if t[k, 0] > 0]
-    tg, pos = agg.pop("tokens"), agg.pop("position")
-    out = {"pairs": len(pairs), "bucket_labels": labels, "total_gain_per_pair": float(tg[:, 0].sum() / len(pairs)),
-           "buckets": {key: table(t, n_pairs[key]) for key, t in agg.items()}}
-    corpus = stage_corpus(read_summary(a.out / "runs" / pairs[0][0]["name"])["args"])
-    tok = lambda i: dict(id=int(i), token=token_name(corpus, i), targets_per_pair=tg[i, 1] / len(pairs),
-                         mean_gain=tg[i, 0] / tg[i, 1], gain_per_pair=tg[i, 0] / len(pairs),
-                         share=tg[i, 0] / tg[:, 0].sum() if tg[:, 0].sum() > 0 else None)
-    order = [i for i in np.argsort(-tg[:, 0]) if tg[i, 1] > 0]
-    out["top_tokens"] = [tok(i) for i in order[:a.top_tokens]]
-    out["bottom_tokens"] = [tok(i) for i in order[::-1][:5]]
-    T = len(pos)
-    spans = sorted({(0, min(a.mir_keep_first, T)), (min(a.mir_keep_first, T), min(32, T)), (min(32, T), T)})
-    out["by_position"] = [dict(positions=f"{lo}-{hi - 1}", gain=float(pos[lo:hi, 0].sum() / pos[lo:hi, 1].sum()))
-                          for lo, hi in spans if hi > lo and pos[lo:hi, 1].sum() > 0]
-    return out
+    e = evaluate_run(run.folder)
+    return None if e is None else e["loss"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,20 +312,32 @@ def main(argv=None):
 
 
 def experiment(a):
-    """The four phases of the module docstring."""
-    from experiments.lib import data_constrained_report as rep
+    """The four phases of the module docstring; --report-only where the run folders are gone
+    renders the records of OUT/report.json."""
     a.out.mkdir(parents=True, exist_ok=True)
-    t0, phases = time.time(), {}
+    t0 = time.time()
+    if a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
+        records = rep.read_records(a.out)
+        if records is None:
+            raise UserError(f"no finished runs in {a.out / 'runs'} and no {a.out / 'report.json'}: "
+                            "run without --report-only first")
+    else:
+        records = train_and_collect(a)
+    print("== phase 4: report", flush=True)
+    text = rep.render(records, a.out)
+    print("\n" + text)
+    print(f"\nwrote {a.out / 'report.md'}, report.json, runs.csv and the PNGs ({time.time() - t0:.0f} s in all)")
 
-    def phase(name, start):
-        phases[name] = time.time() - start
-        print(f"   ({name}: {phases[name]:.0f} s)", flush=True)
+
+def train_and_collect(a):
+    """Phases 1-3 (training skipped with --report-only) and the records of phase 4 (the fits)."""
     check_budgets(a)
-    sweep, trained = sweep_runs(a), {}
+    prov, trained = (None if a.report_only else Provenance(a.out)), 0
+    sweep = sweep_runs(a)
     if not a.report_only:
         print(f"== phase 1: weight-decay sweep, {len(sweep)} runs (U = {a.sweep_budget:,}, {a.epochs:g} epochs)", flush=True)
-        trained.update(run_sweep(sweep, jobs=a.jobs, threads=a.threads))
-    evaluate_all(sweep, a.jobs, a.threads)
+        trained += len(run_sweep(sweep, jobs=a.jobs, threads=a.threads))
+    evaluate_runs([r.folder for r in sweep], a.jobs, a.threads)
     strong = pick_strong(a, sweep)
     missing = [s for s, v in strong.items() if v is None]
     if missing:
@@ -526,29 +345,18 @@ def experiment(a):
                         "rerun without --report-only (diverged runs: lower --lrs or drop that decay)")
     for size, (wd, lr) in strong.items():
         print(f"  {size}: strong decay {wd:g} (lr {lr:g})")
-    phase("sweep", t0)
     grid = grid_runs(a, strong)
     todo = [r for r in unique(grid) if not any(r.name == s.name for s in sweep)]
     if not a.report_only:
         print(f"== phase 2: the grid, {len(unique(grid))} runs ({len(unique(grid)) - len(todo)} shared with the "
               f"sweep): {len(a.sizes)} sizes x {len(a.budgets)} budgets x {', '.join(a.methods)}", flush=True)
-        t1 = time.time()
-        trained.update(run_sweep(todo, jobs=a.jobs, threads=a.threads))
-        phase("grid", t1)
+        trained += len(run_sweep(todo, jobs=a.jobs, threads=a.threads))
     print("== phase 3: full-validation evaluation of every final checkpoint", flush=True)
-    t1 = time.time()
-    evaluate_all(grid, a.jobs, a.threads)
-    records = rep.collect(a, sweep, grid, strong)
-    phase("evaluation", t1)
-    if trained:  # the wall time of every invocation that trained, kept across resumptions
-        log = a.out / "timings.json"
-        past = json.loads(log.read_text()) if log.exists() else []
-        write_json(log, past + [dict(date=time.strftime("%Y-%m-%d %H:%M"), runs_trained=len(trained), jobs=a.jobs,
-                                     **{f"{k}_seconds": v for k, v in phases.items()})])
-    print("== phase 4: fits and report", flush=True)
-    text = rep.write_report(a, records, t0=t0, phases=phases)
-    print("\n" + text)
-    print(f"\nwrote {a.out / 'report.md'}, report.json, runs.csv and the PNGs ({time.time() - t0:.0f} s in all)")
+    evaluate_runs([r.folder for r in grid], a.jobs, a.threads)
+    if prov:
+        prov.finish(runs_trained=trained)  # wall and CPU time of training and evaluation, kept across resumptions
+    print("== the law fits and the per-token analysis", flush=True)
+    return rep.collect(a, sweep, grid, strong)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def test_files_and_runs_csv(result):
     assert seeds("wd", "L2d16") == seeds("mdlm-weak", "L1d8") == [0]
     text = (out / "report.md").read_text()
     for part in ("## Setup", "## 1. Weight-decay sweep", "## 2. MIR", "## 3. Scaling laws", "## 4. MIR's effective",
-                 "## 5. Where MIR's gain", "## 6. AR vs masked diffusion", "Paper:", "Hardware:"):
+                 "## 5. Where MIR's gain", "## 6. AR vs masked diffusion", "Paper:", "Provenance: commit"):
         assert part in text, part
 
 
@@ -178,9 +178,63 @@ def test_token_names_of_the_music_vocabulary():
     """The per-token analysis names MIDI event tokens through the codec's layout (data/midi.py)."""
     from types import SimpleNamespace
     from data import midi
+    from experiments.lib.data_constrained_tokens import token_name
     music = SimpleNamespace(info={"tokenizer": "midi-events-160"}, decode=None)
-    assert dc.token_name(music, 0) == "PAD"
-    assert dc.token_name(music, midi.NOTE_OFFSET + 60 - midi.MIN_PITCH) == "NOTE C4"
-    assert dc.token_name(music, midi.VELOCITY_OFFSET + 2) == "VELOCITY 2"
-    assert dc.token_name(music, midi.SHIFT_OFFSET) == f"SHIFT {midi.SHIFT_BINS[0] * 10} ms"
-    assert dc.token_name(music, midi.VOCAB_SIZE) == "[MASK]"
+    assert token_name(music, 0) == "PAD"
+    assert token_name(music, midi.NOTE_OFFSET + 60 - midi.MIN_PITCH) == "NOTE C4"
+    assert token_name(music, midi.VELOCITY_OFFSET + 2) == "VELOCITY 2"
+    assert token_name(music, midi.SHIFT_OFFSET) == f"SHIFT {midi.SHIFT_BINS[0] * 10} ms"
+    assert token_name(music, midi.VOCAB_SIZE) == "[MASK]"
+
+
+def test_readings_follow_from_the_records(result):
+    """The gain-against-size slope is linregress over every pair; the fan-out's slope test is
+    scaling.fan_out when every seed ran at both budgets; each verdict is one of VERDICTS and a
+    reading calls nothing an effect without p < 0.05 and n >= 3."""
+    from scipy import stats
+    from experiments.lib.common import VERDICTS
+    _, out, rep = result
+    pairs = [(np.log10(g["N"]), x) for g in rep["mir_gain"] for x in g["gains"]]
+    want = stats.linregress(*zip(*pairs))
+    got = rep["mir_gain_summary"]["slope"]
+    assert got["slope"] == pytest.approx(want.slope) and got["p"] == pytest.approx(want.pvalue)
+    assert got["n"] == len(pairs) and got["clear"] == (want.pvalue < 0.05 and len(pairs) >= 4)
+    for m, f in rep["fan_out"].items():
+        if f and f["n"] == len(SIZES):  # one seed per size: the same points as the seed-averaged cells
+            assert f["slope"] == pytest.approx(rep["fits"][m]["fan_out_data"])
+    for s in rep["mir_gain_summary"]["per_size"]:
+        c = s["paired"]
+        assert c["n"] == s["pairs"] and (not c["clear"] or (c["p"] < 0.05 and c["n"] >= 3))
+    assert rep["verdicts"] and all(v["verdict"] in VERDICTS for v in rep["verdicts"])
+    assert {"claim", "paper", "ours", "test", "verdict"} <= set(rep["verdicts"][0])
+    assert rep["source"]["arxiv"] == "2606.06888" and rep["regime"] and rep["figures"][0] == "mir_gain.png"
+    prov = rep["provenance"]
+    assert prov["runs_trained"] == len({r["name"] for r in rep["runs"] + rep["sweep"]})
+    assert prov["wall_seconds"] > 0 and len(prov["invocations"]) == 1
+
+
+def test_report_only_from_report_json_alone(result, tmp_path):
+    """The run folders gone: --report-only renders the records report.json keeps, byte for byte."""
+    import shutil
+    text_dir, out, _ = result
+    dc.main(argv(text_dir, out) + ["--report-only"])  # from the runs, with the fixture's flags
+    body = {f: (out / f).read_bytes() for f in ("report.md", "report.json", "runs.csv")}
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns("runs", "provenance.json"))
+    dc.main(["--report-only", "--out", str(bare)])
+    assert {f: (bare / f).read_bytes() for f in body} == body
+
+
+def test_committed_report_rebuilds_byte_identical(tmp_path):
+    """experiments/results/data_constrained has no run folders: --report-only rebuilds report.md
+    and report.json from its report.json alone, byte for byte."""
+    import shutil
+    from pathlib import Path
+    src = Path(__file__).resolve().parents[1] / "experiments" / "results" / "data_constrained"
+    out = tmp_path / "data_constrained"
+    shutil.copytree(src, out)
+    dc.main(["--report-only", "--out", str(out)])
+    for f in ("report.md", "report.json", "runs.csv"):
+        assert (out / f).read_bytes() == (src / f).read_bytes(), f
+    prov = json.loads((out / "report.json").read_text())["provenance"]
+    assert prov["runs_trained"] == 135 and prov["commit"].startswith("51f75e6")
