@@ -380,7 +380,7 @@ def main(argv=None):
         runs = plan(a)
         a.out.mkdir(parents=True, exist_ok=True)
         if a.report_only:
-            provenance = ladder_report.stored_provenance(a.out)
+            provenance = common.kept_provenance(a.out)
         else:
             prov = common.Provenance(a.out, argv)
             print_plan(a, runs)

@@ -377,7 +377,7 @@ def main(argv=None):
     else:
         a.out.mkdir(parents=True, exist_ok=True)
         if a.report_only:
-            provenance = report.stored_provenance(a.out)
+            provenance = common.kept_provenance(a.out)
         else:
             prov = common.Provenance(a.out, argv)
             provenance = prov.finish(runs_trained=run_all(a))

@@ -63,25 +63,3 @@ def test_ladder_verdicts_follow_from_the_runs_by_welch():
     md = (RESULTS / "ladder" / "report.md").read_text()
     assert "significant" not in md and "every width" not in md
 
-
-def test_partly_only_when_the_cells_disagree():
-    from experiments.lib.ladder_report import combined
-    assert combined(["reproduces", "reproduces"]) == "reproduces"
-    assert combined(["reproduces", "no clear difference"]) == "partly"
-    assert combined(["opposite"]) == "opposite" and combined([]) == "not measured"
-
-
-def test_report_modules_import_no_experiment_script():
-    scripts = {p.stem for p in (ROOT / "experiments").glob("*.py")} - {"__init__"}
-    for path in (ROOT / "experiments" / "lib").glob("*.py"):
-        if not path.stem.startswith(("ladder", "procedural")):
-            continue  # the other report modules are someone else's
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            bad = [n for n in names if n.split(".")[:2] in (["experiments", s] for s in scripts)]
-            assert not bad, (path.name, bad)

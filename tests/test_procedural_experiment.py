@@ -130,17 +130,6 @@ def test_compare_follows_the_reading_rule():
     assert R.compare([0.5], [0.4])["p"] is None and R.compare([], [0.4]) is None
 
 
-def test_paired_test_is_scipys_ttest_rel_with_the_rules_threshold():
-    from scipy import stats
-    treat, base = [0.31, 0.42, 0.25, 0.50, 0.38], [0.30, 0.35, 0.20, 0.41, 0.36]
-    c = R.paired(list(zip(treat, base)))
-    assert c["p"] == pytest.approx(stats.ttest_rel(treat, base).pvalue) and c["n"] == 5
-    assert c["diff"] == pytest.approx(statistics.mean(treat) - statistics.mean(base))
-    assert c["clear"] == (c["p"] < 0.05) and c["better"] in (None, True)
-    two = R.paired([(1.0, 0.0), (1.1, 0.0)])  # a large difference over 2 pairs: not a test
-    assert not two["clear"] and two["better"] is None
-    assert R.paired([(1.0, 1.0)] * 4)["p"] is None  # no spread of the differences
-
 
 def test_pretraining_records_keep_their_unigram_loss(done):
     _, out, rep = done

@@ -439,24 +439,3 @@ def test_report_only_without_runs_or_report_is_one_line(tmp_path, capsys):
         main_guard(lambda: exp.main(["--report-only", "--out", str(tmp_path / "none")]))
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith("error:") and "\n" not in err and "report.json" in err
-
-
-def test_paired_reading_and_combined_verdicts():
-    """The paired test against a t computed by hand, its `clear` rule (p < 0.05 and n >= 3 pairs),
-    and a claim's verdict from its cells."""
-    from experiments.lib.prores_report import combined_verdict, paired
-    base, treat = [2.0, 2.5, 3.0], [2.1, 2.62, 3.08]  # ProRes higher in every pair
-    d = [t - b for t, b in zip(treat, base)]
-    mean, sd = sum(d) / 3, (sum((x - sum(d) / 3) ** 2 for x in d) / 2) ** 0.5
-    t = mean / (sd / 3 ** 0.5)
-    from scipy import stats
-    c = paired(treat, base)
-    assert c["diff"] == pytest.approx(0.1) and c["n"] == 3
-    assert c["p"] == pytest.approx(2 * stats.t.sf(abs(t), 2))
-    assert c["clear"] and c["better"] is False  # higher loss: worse
-    assert not paired(treat[:2], base[:2])["clear"]  # two pairs are no test, however consistent
-    assert paired([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])["p"] is None  # no difference at all: no test
-    assert combined_verdict(["reproduces"] * 3) == "reproduces"
-    assert combined_verdict(["reproduces", "no clear difference"]) == "partly"
-    assert combined_verdict(["opposite", "no clear difference", "not measured"]) == "partly"
-    assert combined_verdict(["not measured"]) == "not measured"

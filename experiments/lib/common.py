@@ -63,7 +63,9 @@ def add_sweep_args(p, default_out):
                         "finish a sweep of small models sooner than one 2-thread run at a time)")
     p.add_argument("--threads", type=int, default=0, choices=range(0, 257), metavar="N",
                    help="threads per run (0: cores / jobs)")
-    p.add_argument("--report-only", action="store_true", help="no training: rebuild the report from finished runs")
+    p.add_argument("--report-only", action="store_true",
+                   help="no training: rebuild the report from the finished runs in OUT/runs, or, where there are "
+                        "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")
 
 
 def threads_per_run(jobs, threads):
@@ -236,6 +238,25 @@ def slope_test(x, y):
             "clear": p is not None and p < ALPHA and len(pts) >= MIN_N + 1}
 
 
+def paired(treat, base, higher_is_better=False):
+    """treat[i] against base[i] where the runs pair up (by seed: the same initial weights and
+    batches; or by cell): the two-sided paired t-test (scipy.stats.ttest_rel) of treat - base,
+    read by the same rule as compare: `clear` only at p < ALPHA with at least MIN_N pairs.
+    Returns compare's keys, with n = the number of pairs."""
+    from scipy import stats
+    pairs = [(float(t), float(b)) for t, b in zip(treat, base)
+             if t is not None and b is not None and math.isfinite(t) and math.isfinite(b)]
+    d = [t - b for t, b in pairs]
+    diff = statistics.mean(d) if d else float("nan")
+    p = None
+    if len(d) >= 2 and statistics.pstdev(d) > 1e-12 * max(1.0, abs(diff)):  # differences without spread: no test
+        p = float(stats.ttest_rel([t for t, _ in pairs], [b for _, b in pairs]).pvalue)
+        p = p if math.isfinite(p) else None
+    clear = p is not None and p < ALPHA and len(d) >= MIN_N
+    return {"diff": diff, "p": p, "n": len(d), "clear": clear,
+            "better": None if not clear else (diff > 0) == higher_is_better}
+
+
 def fmt_n(c):
     n = c["n"]
     return f"n = {n[0]}/{n[1]}" if isinstance(n, (list, tuple)) else f"n = {n}"
@@ -263,6 +284,21 @@ def verdict_of(c, paper_direction_better=True):
     if not c["clear"]:
         return "no clear difference"
     return "reproduces" if c["better"] == paper_direction_better else "opposite"
+
+
+def combined_verdict(verdicts):
+    """One verdict of a claim from its cells' verdicts (cells not measured left out): theirs
+    when they agree; "partly" when some cells reproduce and others do not; "opposite" when none
+    reproduces and some go clearly against the paper; "no clear difference" otherwise. The
+    entry's `ours` names the cells."""
+    vs = {v for v in verdicts if v != "not measured"}
+    if not vs:
+        return "not measured"
+    if len(vs) == 1:
+        return vs.pop()
+    if "reproduces" in vs or "partly" in vs:
+        return "partly"
+    return "opposite" if "opposite" in vs else "no clear difference"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,6 +397,18 @@ def summarize_provenance(entries):
             "runs_trained": sum(e["runs_trained"] for e in entries), "invocations": entries}
 
 
+def kept_provenance(out):
+    """The provenance of a report rebuilt without training: OUT/provenance.json summed over its
+    invocations, else the one an existing OUT/report.json keeps (the committed runs'
+    reconstructed one), else None; never the rebuild's own time or machine."""
+    out = Path(out)
+    if (out / "provenance.json").exists():
+        return summarize_provenance(json.loads((out / "provenance.json").read_text()))
+    if (out / "report.json").exists():
+        return json.loads((out / "report.json").read_text()).get("provenance")
+    return None
+
+
 def provenance_line(prov):
     """report.md's header line of a report.json `provenance`."""
     if not prov:
@@ -371,8 +419,8 @@ def provenance_line(prov):
     return (f"Provenance: commit {commit}; `{prov['command']}`; {hardware(h) if isinstance(h, dict) else h}; "
             f"{prov['wall_seconds'] / 60:.1f} min wall, "
             + (f"{prov['cpu_seconds'] / 60:.1f} min CPU" if prov.get("cpu_seconds") is not None else "CPU time not recorded")
-            + (f" over {n} invocations (resumed)" if n > 1 else "")
-            + (f". {prov['note']}" if prov.get("note") else "") + ".")
+            + (f", over {n} invocations (resumed)" if n > 1 else "")
+            + (f". {prov['note'][0].upper()}{prov['note'][1:].rstrip('.')}" if prov.get("note") else "") + ".")
 
 
 def write_json(path, obj):

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import scaling
-from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, compare, fmt_mean_std, fmt_p, mean_std,
+from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, combined_verdict, compare, kept_provenance, paired, fmt_mean_std, fmt_p, mean_std,
                                     provenance_line, pyplot, read_summary, reading, save_figure, settings_json,
                                     slope_test, summarize_provenance, verdict_of, write_json, write_text)
 from experiments.lib.data_constrained_tokens import per_token
@@ -97,15 +97,6 @@ def settings_of(records, out):
     return a
 
 
-def kept_provenance(out):
-    """OUT/provenance.json summed over its invocations, else the provenance the existing
-    report.json keeps (the committed runs' reconstructed one), else None. Never the rebuild's."""
-    out = Path(out)
-    if (out / "provenance.json").exists():
-        return summarize_provenance(json.loads((out / "provenance.json").read_text()))
-    if (out / "report.json").exists():
-        return json.loads((out / "report.json").read_text()).get("provenance")
-    return None
 
 
 def done(records, method=None):
@@ -167,23 +158,6 @@ def fit_laws(laws, methods, records):
 # ---------------------------------------------------------------------------------------------
 # the reading rule, paired
 
-def paired(treat, base, higher_is_better=False):
-    """treat[i] against base[i], matched (by seed: the same initial weights and batches; or by
-    cell). Two-sided paired t-test (scipy.stats.ttest_rel) of d_i = treat[i] - base[i]; the shape
-    of common.compare with n = the number of pairs: `clear` only at p < ALPHA with n >= MIN_N."""
-    from scipy import stats
-    pairs = [(t, b) for t, b in zip(treat, base) if t is not None and b is not None
-             and math.isfinite(t) and math.isfinite(b)]
-    pairs = [(float(t), float(b)) for t, b in pairs]
-    d = [t - b for t, b in pairs]
-    diff = statistics.mean(d) if d else float("nan")
-    p = None
-    if len(d) >= 2 and statistics.pstdev(d) > 1e-12 * max(1.0, abs(diff)):
-        p = float(stats.ttest_rel([t for t, _ in pairs], [b for _, b in pairs]).pvalue)
-        p = p if math.isfinite(p) else None
-    clear = p is not None and p < ALPHA and len(d) >= MIN_N
-    return {"diff": diff, "p": p, "n": len(d), "clear": clear,
-            "better": None if not clear else (diff > 0) == higher_is_better}
 
 
 def slope_verdict(s, paper_sign=1):
@@ -191,11 +165,6 @@ def slope_verdict(s, paper_sign=1):
     return verdict_of(dict(s, better=None if not s["clear"] else (s["slope"] > 0) == (paper_sign > 0)))
 
 
-def combined_verdict(verdicts):
-    """One verdict of a claim from its sub-cells' verdicts: theirs if they all agree, "partly" if
-    they disagree (`ours` then names the cells with a clear difference), "not measured" if none was."""
-    vs = {v for v in verdicts if v != "not measured"}
-    return "not measured" if not vs else vs.pop() if len(vs) == 1 else "partly"
 
 
 def test_of(c, name="paired t"):

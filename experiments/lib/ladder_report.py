@@ -145,14 +145,6 @@ def stored_only(out):
     return (out / "report.json").exists() and not (out / "runs").exists()
 
 
-def stored_provenance(out):
-    """The provenance of a report rebuilt without training: the invocations OUT/provenance.json
-    records, else the one an existing report.json keeps (never the rebuild's own time or machine)."""
-    if (out / "provenance.json").exists():
-        return common.summarize_provenance(json.loads((out / "provenance.json").read_text()))
-    if (out / "report.json").exists():
-        return json.loads((out / "report.json").read_text()).get("provenance")
-    return None
 
 
 def rebuild(out):
@@ -223,10 +215,6 @@ def says(c):
     return common.reading(c, "lower", "higher", amount=f"by {abs(100 * c['gain']):.1f}%")
 
 
-def combined(verdicts):
-    """One verdict from the cells of a claim: theirs if they agree, 'partly' if they do not."""
-    kinds = set(verdicts)
-    return "not measured" if not kinds else kinds.pop() if len(kinds) == 1 else "partly"
 
 
 def claim_cells(records, pairs, metric, widths, direction):
@@ -266,11 +254,11 @@ def verdicts(records, unigram=None):
             out.append({"claim": claim, "paper": paper, "ours": "not in this run", "test": "not tested",
                         "verdict": "not measured"})
             continue
-        v = combined([vd for _, _, vd in cells])
+        v = common.combined_verdict([vd for _, _, vd in cells])
         ours = "; ".join(f"{label} {fmt_ppl(records, c)} vs "
                          f"{common.fmt_mean_std(values(records, c['y'], c['width'], metric), '{:.1f}')} ({change(c)})"
                          for label, c, _ in cells)
-        if v == "partly":
+        if len({vd for _, _, vd in cells}) > 1:  # the cells disagree: name each one's verdict
             ours += " (" + ", ".join(f"{label}: {vd}" for label, _, vd in cells) + ")"
         if metric == "ppl_first_epoch":
             ours += head_start(records, unigram)

@@ -111,14 +111,6 @@ def stored_only(out):
     return (out / "report.json").exists() and not (out / "runs").exists()
 
 
-def stored_provenance(out):
-    """The provenance of a report rebuilt without training: the invocations OUT/provenance.json
-    records, else the one an existing report.json keeps (never the rebuild's own time or machine)."""
-    if (out / "provenance.json").exists():
-        return common.summarize_provenance(json.loads((out / "provenance.json").read_text()))
-    if (out / "report.json").exists():
-        return json.loads((out / "report.json").read_text()).get("provenance")
-    return None
 
 
 def rebuild(out):
@@ -364,20 +356,11 @@ def analyse(a, recs):
     return res
 
 
-def paired(pairs, higher_is_better=True):
-    """Treat against base over pairs of runs that share a cell and a seed, by a paired t-test
-    (scipy.stats.ttest_rel on treat - base): clear when p < common.ALPHA with at least common.MIN_N
-    pairs, the reading rule's threshold. Returns common.compare's keys (n = the number of pairs)."""
-    from scipy import stats
-    pts = [(t, b) for t, b in pairs if math.isfinite(t) and math.isfinite(b)]
-    d = [t - b for t, b in pts]
-    diff = sum(d) / len(d) if d else float("nan")
-    p = None
-    if len(d) >= 2 and max(d) > min(d):  # no spread of the differences: nothing to test
-        p = float(stats.ttest_rel([t for t, _ in pts], [b for _, b in pts]).pvalue)
-    clear = p is not None and p < common.ALPHA and len(d) >= common.MIN_N
-    return {"diff": diff, "p": p, "n": len(d), "clear": clear,
-            "better": None if not clear else (diff > 0) == higher_is_better}
+
+
+def paired_cells(pairs, higher_is_better=True):
+    """common.paired over [(treat, base)] pairs of runs that share a cell and a seed."""
+    return common.paired([t for t, _ in pairs], [b for _, b in pairs], higher_is_better)
 
 
 def pooled_tests(a, res):
@@ -397,17 +380,17 @@ def pooled_tests(a, res):
     sh = [(task_where(k, "full", t), task_where(k + SHUFFLED, "full", t), METRIC_KEY[x["metric"]])
           for k, cells in res["shuffled"].items() for t, x in cells.items()]
     if sh:
-        out["real_vs_shuffled"] = dict(paired(pairs_of(sh)), cells=len(sh))
+        out["real_vs_shuffled"] = dict(paired_cells(pairs_of(sh)), cells=len(sh))
     lt = [(task_where(x["row"], "attn", x["task"]), task_where(x["row"], "mlp", x["task"]), METRIC_KEY[x["metric"]])
           for x in res["layers_tasks"]]
     if lt:
-        out["attn_vs_mlp_tasks"] = dict(paired(pairs_of(lt)), cells=len(lt))
+        out["attn_vs_mlp_tasks"] = dict(paired_cells(pairs_of(lt)), cells=len(lt))
     additive = {}
     for steps in a.additive_steps:
         pairs = [(f, f - d) for dd in res["semantic"].values() for c in dd["conditions"]
                  if c["steps"] == steps and c["transfer"] == "full" for f, d in zip(c["final"], c["diff"])]
         if pairs:
-            additive[str(steps)] = paired(pairs, higher_is_better=False)
+            additive[str(steps)] = paired_cells(pairs, higher_is_better=False)
     if additive:
         out["additive"] = additive
     return out

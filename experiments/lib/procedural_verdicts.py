@@ -29,10 +29,6 @@ SOURCE = {"arxiv": "2601.21725", "title": "Procedural Pretraining: Warming Up La
 LAYER_DOMAIN = {"prose": "mlp", "code": "attn", "math": "attn"}
 
 
-def combined(cells):
-    """One verdict from a claim's cells [(label, comparison, verdict)]: theirs if they agree, else 'partly'."""
-    kinds = {v for _, _, v in cells}
-    return "not measured" if not kinds else kinds.pop() if len(kinds) == 1 else "partly"
 
 
 def welch_test(cells):
@@ -48,8 +44,8 @@ def entry(claim, paper, cells, ours, test):
     if not cells:
         return {"claim": claim, "paper": paper, "ours": "not in this run", "test": "not tested",
                 "verdict": "not measured"}
-    v = combined(cells)
-    if v == "partly":
+    v = common.combined_verdict([v for _, _, v in cells])
+    if len({vd for _, _, vd in cells}) > 1:  # the cells disagree: name each one's verdict
         ours += " (" + ", ".join(f"{label}: {vd}" for label, _, vd in cells) + ")"
     return {"claim": claim, "paper": paper, "ours": ours, "test": test, "verdict": v}
 

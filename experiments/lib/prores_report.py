@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, compare, fmt_mean_std, fmt_p, provenance_line, pyplot,
+from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, combined_verdict, compare, kept_provenance, paired, fmt_mean_std, fmt_p, provenance_line, pyplot,
                                     read_events, read_summary, reading, save_figure, settings_json,
                                     summarize_provenance, verdict_of, write_json, write_text)
 from experiments.lib.evaluate import activation_rms, run_corpus, stage_model, unigram_loss, val_batch
@@ -146,46 +146,13 @@ def settings_of(records, out):
     return a
 
 
-def kept_provenance(out):
-    """OUT/provenance.json summed over its invocations, else the provenance the existing
-    report.json keeps (the committed runs' reconstructed one), else None. Never the rebuild's."""
-    out = Path(out)
-    if (out / "provenance.json").exists():
-        return summarize_provenance(json.loads((out / "provenance.json").read_text()))
-    if (out / "report.json").exists():
-        return json.loads((out / "report.json").read_text()).get("provenance")
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
 # the reading rule, paired by seed
 
-def paired(treat, base, higher_is_better=False):
-    """ProRes against its baseline run by run: treat[i] and base[i] share a seed (the same batches,
-    train.py draws them from (seed, stage, step), and the same initial weights unless the arms'
-    inits differ). Two-sided paired t-test (scipy.stats.ttest_rel) of the differences d_i =
-    treat[i] - base[i]; the shape of common.compare, n = the number of pairs: `clear` only at
-    p < ALPHA with n >= MIN_N pairs."""
-    from scipy import stats
-    pairs = [(t, b) for t, b in zip(treat, base) if t is not None and b is not None
-             and math.isfinite(t) and math.isfinite(b)]
-    pairs = [(float(t), float(b)) for t, b in pairs]
-    d = [t - b for t, b in pairs]
-    diff = statistics.mean(d) if d else float("nan")
-    p = None
-    if len(d) >= 2 and statistics.pstdev(d) > 1e-12 * max(1.0, abs(diff)):
-        p = float(stats.ttest_rel([t for t, _ in pairs], [b for _, b in pairs]).pvalue)
-        p = p if math.isfinite(p) else None
-    clear = p is not None and p < ALPHA and len(d) >= MIN_N
-    return {"diff": diff, "p": p, "n": len(d), "clear": clear,
-            "better": None if not clear else (diff > 0) == higher_is_better}
 
 
-def combined_verdict(verdicts):
-    """One verdict of a claim from its sub-cells' verdicts: theirs if they all agree, "partly" if
-    they disagree (`ours` then names the cells with a clear difference), "not measured" if none was."""
-    vs = {v for v in verdicts if v != "not measured"}
-    return "not measured" if not vs else vs.pop() if len(vs) == 1 else "partly"
 
 
 def by_seed(rs, key):

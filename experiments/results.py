@@ -1,0 +1,132 @@
+"""
+The results page: RESULTS.md, and the README's short "what reproduces here" table, rebuilt from
+the four experiments' report.json files without training anything.
+
+    python experiments/results.py            # rewrite RESULTS.md and the README's table
+    python experiments/results.py --check    # exit 1 if either differs from what the reports give
+
+Each report.json (written by experiments/lib/<name>_report.py) carries what this page shows:
+`source` (arXiv id, title), `regime` (our scale and budget, and what differs from the paper),
+`verdicts` (per claim of the paper: the claim, the paper's number, ours, the test, the verdict),
+`figures` and `provenance` (commit, command, hardware, wall time). A verdict follows the reading
+rule of experiments/lib/common.compare: an effect only where Welch's p < 0.05 with n >= 3 a side.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from experiments.lib.common import ALPHA, MIN_N, VERDICTS, provenance_line, write_text  # noqa: E402
+from flags import ArgumentParser  # noqa: E402
+
+RESULTS = ROOT / "experiments" / "results"
+# (folder, heading): the papers in the order the README introduces them
+PAPERS = (("ladder", "The ladder: music, then poetry, then prose"),
+          ("procedural", "Procedural pre-training: algorithmic data before language"),
+          ("data_constrained", "Data-constrained pre-training: Masked-Input Regularization and SoftQ"),
+          ("prores", "ProRes: progressive residual warmup"))
+BEGIN, END = "<!-- results table: made by experiments/results.py -->", "<!-- end of results table -->"
+
+
+def load(name):
+    return json.loads((RESULTS / name / "report.json").read_text())
+
+
+def cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def counts(verdicts):
+    """'2 reproduce, 3 no clear difference, 1 opposite' (only the verdicts that occur)."""
+    n = {v: sum(1 for x in verdicts if x["verdict"] == v) for v in VERDICTS}
+    words = {"reproduces": "reproduce"}
+    return ", ".join(f"{n[v]} {words.get(v, v)}" for v in VERDICTS if n[v]) or "none recorded"
+
+
+def paper_section(i, name, heading, rep):
+    src = rep.get("source", {})
+    link = f"experiments/results/{name}"
+    lines = [f"## {i}. {heading}", "",
+             f"{src.get('title', '')} (arXiv {src.get('arxiv', '?')}). Full report: [{link}/report.md]({link}/report.md).",
+             "", provenance_line(rep.get("provenance")), "", f"**Regime.** {rep.get('regime', 'not recorded')}", "",
+             "| the paper's claim | paper | ours | test | verdict |", "|---|---|---|---|---|"]
+    for v in rep.get("verdicts", []):
+        lines.append(f"| {cell(v['claim'])} | {cell(v['paper'])} | {cell(v['ours'])} | {cell(v['test'])} | "
+                     f"**{v['verdict']}** |")
+    figs = rep.get("figures", [])
+    if figs:
+        lines += ["", "Figures: " + ", ".join(f"[{f}]({link}/{f})" for f in figs) + "."]
+    return lines + [""]
+
+
+def results_page(reports):
+    lines = ["# Results", "",
+             "Made by `python experiments/results.py` from the four experiments' `report.json` files (nothing is "
+             "trained; change a report's builder in `experiments/lib/`, not this page). Each row sets one claim of "
+             "a paper beside our measurement. The reading rule: a difference is called an effect only when "
+             f"Welch's t-test gives p < {ALPHA} with at least {MIN_N} runs on each side (runs that pair by seed: "
+             "the paired t-test, same threshold; a trend: its own slope test); otherwise the verdict is \"no clear "
+             "difference\", with its p and n. A claim tested in several cells (widths, depths, sizes) is "
+             "\"partly\" when some cells reproduce it and others do not, \"opposite\" when none does and some go "
+             "clearly against it.", "",
+             "| paper | verdicts |", "|---|---|"]
+    for i, (name, heading) in enumerate(PAPERS, 1):
+        lines.append(f"| [{i}. {heading}](#{anchor(i, heading)}) | {counts(reports[name].get('verdicts', []))} |")
+    lines.append("")
+    for i, (name, heading) in enumerate(PAPERS, 1):
+        lines += paper_section(i, name, heading, reports[name])
+    return "\n".join(lines)
+
+
+def anchor(i, heading):
+    """GitHub's anchor of the heading '## i. heading'."""
+    text = f"{i}. {heading}".lower()
+    return "".join(c for c in text if c.isalnum() or c in " -_").replace(" ", "-")
+
+
+def readme_table(reports):
+    """The README's short table: per paper its headline claim (the first verdict) and the tally."""
+    lines = [BEGIN, "| paper | its headline claim (the paper's number) | verdict here | all its claims here |",
+             "|---|---|---|---|"]
+    for i, (name, heading) in enumerate(PAPERS, 1):
+        v = (reports[name].get("verdicts") or [{"claim": "-", "paper": "-", "verdict": "not measured"}])[0]
+        lines.append(f"| [{heading}](RESULTS.md#{anchor(i, heading)}) | {cell(v['claim'])} ({cell(v['paper'])}) | "
+                     f"**{v['verdict']}** | {counts(reports[name].get('verdicts', []))} |")
+    return "\n".join(lines + [END])
+
+
+def with_table(readme, table):
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"README.md has no results table markers ({BEGIN} ... {END}); put them where the "
+                         "table belongs")
+    head, rest = readme.split(BEGIN, 1)
+    return head + table + rest.split(END, 1)[1]
+
+
+def main(argv=None):
+    p = ArgumentParser(description="Rebuild RESULTS.md and the README's results table from the experiments' "
+                                   "report.json files (no training).")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if either file is out of date")
+    a = p.parse_args(argv)
+    reports = {name: load(name) for name, _ in PAPERS}
+    page = results_page(reports)
+    readme_path = ROOT / "README.md"
+    readme = with_table(readme_path.read_text(), readme_table(reports))
+    stale = [path.name for path, text in ((ROOT / "RESULTS.md", page), (readme_path, readme))
+             if not path.exists() or path.read_text() != text]
+    if a.check:
+        if stale:
+            print(f"out of date: {', '.join(stale)}; run python experiments/results.py", file=sys.stderr)
+            sys.exit(1)
+        print("RESULTS.md and the README's table match the reports")
+        return
+    write_text(ROOT / "RESULTS.md", page)
+    write_text(readme_path, readme)
+    print(f"wrote RESULTS.md and the README's table ({', '.join(stale) or 'no change'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The house rules that a refactor could silently break: imports run one way (experiment scripts
+use experiments/lib, lib uses the core), the repository stands alone (it cites no file a clone
+does not have), the README stays short, and RESULTS.md is what the reports say."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {p.stem for p in (ROOT / "experiments").glob("*.py")}
+
+
+def imported_modules(path):
+    """Every module name an `import` or `from ... import` in the file names (with the names
+    imported from a package, so `from experiments import ladder` counts as experiments.ladder)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def test_experiments_lib_imports_no_experiment_script():
+    for path in (ROOT / "experiments" / "lib").glob("*.py"):
+        bad = {m for m in imported_modules(path) if m.split(".")[:2] in (["experiments", s] for s in SCRIPTS)}
+        assert not bad, f"{path.name} imports the experiment script(s) {sorted(bad)}; move what it needs into lib"
+
+
+def test_the_core_imports_neither_experiments_nor_the_loop():
+    for name in ("model.py", "prores.py", "mir.py", "diffusion.py", "transfer.py", "lm_loss.py", "scaling.py"):
+        mods = imported_modules(ROOT / name)
+        assert not {m for m in mods if m.split(".")[0] in ("experiments", "train", "batches")}, (name, mods)
+    for path in (ROOT / "data").glob("*.py"):
+        mods = imported_modules(path)
+        ours = {m.split(".")[0] for m in mods} & {p.stem for p in ROOT.glob("*.py")}
+        assert not ours, f"data/{path.name} imports {sorted(ours)} from outside data/"
+
+
+def test_no_tracked_file_outside_tests_cites_the_projects_private_notes():
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not files:
+        return  # not a git checkout (an sdist): nothing to check
+    cites = [f for f in files if not f.startswith("tests/") and (ROOT / f).is_file()
+             and any(n in (ROOT / f).read_bytes() for n in (b"PAPERS.md", b"DESIGN.md"))]
+    assert not cites, f"these files cite notes a clone does not have: {cites}"
+
+
+def test_readme_is_short():
+    n = len((ROOT / "README.md").read_text().splitlines())
+    assert n <= 250, f"README.md has {n} lines; results belong in RESULTS.md (experiments/results.py)"
+
+
+def test_results_page_is_what_the_reports_say():
+    r = subprocess.run([sys.executable, "experiments/results.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr + r.stdout
