@@ -274,12 +274,7 @@ class GPT(nn.Module):
         logits are (B, T, vocab) and loss is None.
         """
         B, T = idx.size()
-        assert T <= self.config.block_size, f"sequence of {T} > block_size {self.config.block_size}"
-        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for i, block in enumerate(self.transformer.h):
-            x = block(x, self.residual_scale[i])
-        x = self.transformer.ln_f(x)  # (B, T, C)
+        x = self.transformer.ln_f(self.residual_stream(idx))  # (B, T, C)
         if targets is None:
             return self.lm_head(x), None
         weight = None
@@ -292,6 +287,29 @@ class GPT(nn.Module):
             return None, standard_cross_entropy(h, self.lm_head.weight, t, row_weight=weight)
         dtype = getattr(torch, self.config.head_dtype) if self.config.head_dtype else None
         return None, linear_cross_entropy(h, self.lm_head.weight, t, row_weight=weight, dtype=dtype)
+
+    def residual_stream(self, idx, rms=None):
+        """The residual stream after the last block, (B, T, C): embeddings, then every block with
+        its residual scale. rms: a list that receives sqrt(mean(h^2)) of the stream after the
+        embeddings and after each block (L + 1 floats; the ProRes paper's activation norms)."""
+        T = idx.size(1)
+        assert T <= self.config.block_size, f"sequence of {T} > block_size {self.config.block_size}"
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        for i, block in enumerate(self.transformer.h):
+            if rms is not None:
+                rms.append(x.detach().float().pow(2).mean().sqrt().item())
+            x = block(x, self.residual_scale[i])
+        if rms is not None:
+            rms.append(x.detach().float().pow(2).mean().sqrt().item())
+        return x
+
+    @torch.no_grad()
+    def residual_rms(self, idx):
+        """[RMS of the residual stream after the embeddings, after block 1, ..., after block L]."""
+        rms = []
+        self.residual_stream(idx, rms)
+        return rms
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW with weight decay on the matrices of attention, MLP and an untied head only;

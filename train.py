@@ -439,10 +439,16 @@ def evaluate(S, args, env):
         res[split] = all_mean(total, env.world, env.device) * env.world / args.eval_iters
     if S.corpus.info.get("task") and S.objective.causal:
         res["accuracy"] = task_accuracy(S.model, S.corpus, args.batch_size * 8, env.device, S.amp)
-    S.model.train()
     if not all(math.isfinite(v) for v in res.values()):
         raise TrainingDiverged(f"the evaluation loss became {res} at stage {S.name!r}; the last good "
                                f"checkpoint {args.out}/ckpt.pt is kept unchanged.")
+    # the residual stream's RMS after each block on the first validation batch (the ProRes
+    # paper's activation norms, followed over training)
+    x = get_batch(S.corpus, "val", args.batch_size, args.block_size, [args.data_seed, 1_000_003, S.index, 0, True],
+                  0, 1, env.device)[0]
+    with S.amp:
+        res["act_rms"] = S.model.residual_rms(x)
+    S.model.train()
     return res
 
 
@@ -516,7 +522,7 @@ def run(args):
                 if done % args.eval_interval == 0 or done == S.iters:
                     last_eval = evaluate(S, args, env)
                     emit(event="eval", stage=name, stage_index=si, iter=done,
-                         **{(k if k == "accuracy" else f"{k}_loss"): v for k, v in last_eval.items()})
+                         **{(k if k in ("accuracy", "act_rms") else f"{k}_loss"): v for k, v in last_eval.items()})
                     p = S.plateau
                     p["bad_evals"] = 0 if last_eval["val"] < p["best"] else p["bad_evals"] + 1
                     p["best"] = min(p["best"], last_eval["val"])

@@ -164,14 +164,5 @@ def evaluate_runs(folders, jobs=1, threads=0):
 def activation_rms(model, x):
     """RMS of the residual stream after the embeddings and after each block on inputs x, a list
     of L + 1 floats: sqrt(mean(h_l^2)) over every position and channel, with the model's
-    residual scales as the run left them (the embeddings are read after dropout, off in eval)."""
-    rms = []
-    record = lambda mod, inp, out: rms.append(out.float().pow(2).mean().sqrt().item())  # noqa: E731
-    hooks = [model.transformer.drop.register_forward_hook(record)]
-    hooks += [b.register_forward_hook(record) for b in model.transformer.h]
-    try:
-        model(x)
-    finally:
-        for h in hooks:
-            h.remove()
-    return rms
+    residual scales as the run left them (model.GPT.residual_rms; dropout is off in eval)."""
+    return model.residual_rms(x)
