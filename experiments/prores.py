@@ -104,6 +104,13 @@ import model  # noqa: E402
 # Every setting a preset fixes; a flag given on the command line wins. "quick" entries replace the
 # preset's values under --quick.
 PRESETS = {
+    # where the scan of the "depth" preset found the baselines break (lr 4e-3: Pre-LN 3.09 nats at L = 48,
+    # 3.60 at L = 96 against 2.39 at L = 8; Post-LN stuck from L = 48), in runs long enough for the ramp
+    "breakdown": dict(stage="music", n_embd=32, n_head=4, batch_size=16, block_size=64, init="plain",
+                      schedule="wsd", warmup_frac=0.02, decay_frac=0.1, min_lr=0.0, iters=1000, scan_iters=0,
+                      scan=False, scan_lrs="1e-3,2e-3,4e-3,8e-3", scan_depths="8,24,48,96", scan_norms="pre,post",
+                      lr="4e-3", depths="8,48,96", norms="pre,post", seeds=3, eval_iters=10, evals=10,
+                      quick=dict(iters=60, depths="4,16", seeds=1, eval_iters=4, evals=2)),
     "depth": dict(stage="music", n_embd=32, n_head=4, batch_size=16, block_size=64, init="plain",
                   schedule="wsd", warmup_frac=0.02, decay_frac=0.1, min_lr=0.0, iters=200, scan_iters=0,
                   scan=True, scan_lrs="1e-3,2e-3,4e-3,8e-3", scan_depths="8,24,48,96", scan_norms="pre,post",
@@ -123,9 +130,11 @@ def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, "out/prores")
-    p.add_argument("--preset", default="depth", choices=sorted(PRESETS),
-                   help="depth (default): music, plain init, WSD, scan then measurement; prose-d32: the "
-                        "previous sweep (prose, GPT-2 init, cosine, lr 3e-3, no scan); flags override it")
+    p.add_argument("--preset", default="breakdown", choices=sorted(PRESETS),
+                   help="breakdown (default): Pre-LN and Post-LN with and without ProRes where the baselines break "
+                        "(lr 4e-3, L = 8 / 48 / 96, 1,000 steps, 3 seeds, no scan); depth: the earlier default (scan "
+                        "lr x depth, then five placements at the point it picks, 200 steps); prose-d32: the sweep "
+                        "before that (prose, GPT-2 init, cosine, lr 3e-3); flags override a preset")
     g = p.add_argument_group("phase 1: the scan of baselines (seed 0)")
     g.add_argument("--no-scan", dest="scan", action="store_const", const=False, default=None,
                    help="skip the scan (then give --lr and --depths)")
@@ -185,7 +194,7 @@ def parse_args(argv=None):
         if getattr(a, k, None) is None:
             setattr(a, k, v)
     a.out = Path(a.out or ("out/prores-quick" if a.quick else "out/prores") +
-                 ("" if a.preset == "depth" or a.out else f"-{a.preset}"))
+                 ("" if a.preset == "breakdown" or a.out else f"-{a.preset}"))
     try:
         a.scan_lrs = [float(x) for x in str(a.scan_lrs).split(",")]
         a.scan_depths = sorted(int(x) for x in str(a.scan_depths).split(","))
