@@ -286,6 +286,10 @@ def verdict_of(c, paper_direction_better=True):
     return "reproduces" if c["better"] == paper_direction_better else "opposite"
 
 
+COMBINED_RULE = ("A claim made for several cells is \"partly\" when some cells reproduce it and others do not, and "
+                 "\"opposite\" when none does and some go clearly against it; `ours` names the cells.")
+
+
 def combined_verdict(verdicts):
     """One verdict of a claim from its cells' verdicts (cells not measured left out): theirs
     when they agree; "partly" when some cells reproduce and others do not; "opposite" when none

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import scaling
-from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, combined_verdict, compare, kept_provenance, paired, fmt_mean_std, fmt_p, mean_std,
+from experiments.lib.common import (ALPHA, COMBINED_RULE, MIN_N, VERDICTS, combined_verdict, compare, kept_provenance, paired, fmt_mean_std, fmt_p, mean_std,
                                     provenance_line, pyplot, read_summary, reading, save_figure, settings_json,
                                     slope_test, summarize_provenance, verdict_of, write_json, write_text)
 from experiments.lib.data_constrained_tokens import per_token
@@ -667,8 +667,7 @@ def render(records, out):
     lines += ["## The paper's claims against these runs", "",
               f"Each claim is read by one rule: a difference counts only at p < {ALPHA:g} with n >= {MIN_N} on each "
               "side (paired t-tests by seed or by cell, slope tests; Welch's test beside the paired one in section 2). "
-              "A claim made for several cells is \"partly\" where its cells disagree; `ours` names the cells with a "
-              "clear difference.", ""] + verdict_table(vs)
+              + COMBINED_RULE, ""] + verdict_table(vs)
     lines += setup_lines(a, records) + sweep_lines(a, records) + ml + ll + multiplier_lines(mult) + token_lines(tok, a) + dl
     lines += ["## Reading", "",
               "Every effect named above is a generated reading of the rule; where it says \"no clear difference\" "
