@@ -249,7 +249,13 @@ def test_experiment_spike_count_and_train_flags(tmp_path):
     bumped = flat[:25] + [5.6] + flat[26:]  # +12% over the running median
     assert count_spikes(bumped, 20, 1.1) == 1 and count_spikes(bumped, 20, 1.15) == 0
     assert count_spikes(bumped[:15] + [9.0] + bumped[16:], 20, 1.1) == 1  # before the first full window
-    a = exp.parse_args(["--quick", "--out", str(tmp_path)])
+    # the default preset, breakdown: the two baselines with and without ProRes where the depth scan found them break
+    b = exp.parse_args(["--out", str(tmp_path / "b")])
+    assert (b.preset, b.scan, b.lr, b.depths, b.norms, b.iters, b.seeds, b.stage, b.n_embd, b.init, b.schedule) == \
+        ("breakdown", False, 4e-3, [8, 48, 96], ["pre", "post"], 1000, 3, "music", 32, "plain", "wsd")
+    assert len(measure_runs(b, b.lr, b.depths)) == 2 * 2 * 3 * 3 and b.iters // b.evals == 100
+    assert [prores_T(b, d, b.iters) for d in b.depths] == [62.5, 10.4167, 5.2083]
+    a = exp.parse_args(["--preset", "depth", "--quick", "--out", str(tmp_path)])
     assert a.norms == ["pre", "post", "sandwich", "deepnorm", "lns-init"] and a.stage == "music"
     scan = scan_runs(a)
     assert len(scan) == len(a.scan_lrs) * len(a.scan_depths) * len(a.scan_norms)
@@ -322,7 +328,7 @@ def test_experiment_choice_rule(tmp_path):
     shallowest depth) or fails (diverged / stuck near the unigram loss) with depth; L* = the shallowest
     such depth."""
     from experiments import prores as exp
-    a = exp.parse_args(["--out", str(tmp_path)])
+    a = exp.parse_args(["--preset", "depth", "--out", str(tmp_path)])
     assert a.scan_lrs == [1e-3, 2e-3, 4e-3, 8e-3] and a.scan_depths == [8, 24, 48, 96]
     assert a.margin == 0.1 and a.stuck_margin == 0.1
 
@@ -357,8 +363,9 @@ def test_experiment_end_to_end_tiny(cache, tmp_path, capsys):
     from experiments.lib.common import VERDICTS
     from experiments.lib.prores_report import count_spikes
     out = tmp_path / "exp"
-    argv = ["--out", str(out), "--jobs", "1", "--stage", "music-synthetic", "--train-args", "--synthetic-tokens 20000",
-            "--n-embd", "8", "--n-head", "2", "--block-size", "16", "--batch-size", "2", "--scan-lrs", "1e-3,3e-3",
+    argv = ["--preset", "depth", "--out", str(out), "--jobs", "1", "--stage", "music-synthetic", "--train-args",
+            "--synthetic-tokens 20000", "--n-embd", "8", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
+            "--scan-lrs", "1e-3,3e-3",
             "--scan-depths", "1,3", "--scan-iters", "6", "--iters", "6", "--norms", "pre,post", "--seeds", "3",
             "--evals", "2", "--eval-iters", "2", "--spike-window", "2", "--auto-min-lr", "1e-3", "--threads", "1"]
     exp.main(argv)
@@ -415,21 +422,193 @@ def test_experiment_end_to_end_tiny(cache, tmp_path, capsys):
     assert {f: (bare / f).read_bytes() for f in body} == body
 
 
-def test_committed_report_rebuilds_byte_identical(tmp_path):
-    """experiments/results/prores has no run folders: --report-only rebuilds report.md and
-    report.json from its report.json alone, byte for byte (and its provenance is the committed one)."""
+def committed_report(preset):
+    """The committed report folder of a preset: experiments/results/prores holds the default's;
+    the earlier default's (preset depth) lives there until it moves to prores-depth."""
+    import json
+    from pathlib import Path
+    results = Path(__file__).resolve().parents[1] / "experiments" / "results"
+    for name in ("prores", f"prores-{preset}"):
+        f = results / name / "report.json"
+        if f.exists() and json.loads(f.read_text())["settings"]["preset"] == preset:
+            return f.parent
+    return None
+
+
+@pytest.mark.parametrize("preset", ["depth", "breakdown"])
+def test_committed_report_rebuilds_byte_identical(tmp_path, preset):
+    """A committed report has no run folders: --report-only rebuilds report.md and report.json
+    from its report.json alone, byte for byte (and its provenance is the committed one). The
+    depth preset's (the earlier default, no activation fits in its records) must stay reachable;
+    the breakdown preset's is checked once it is committed."""
     import json
     import shutil
-    from pathlib import Path
     from experiments import prores as exp
-    src = Path(__file__).resolve().parents[1] / "experiments" / "results" / "prores"
+    src = committed_report(preset)
+    if src is None and preset == "breakdown":
+        pytest.skip("no committed report of the breakdown preset yet")
+    assert src is not None, f"the {preset} preset's committed report is gone"
     out = tmp_path / "prores"
     shutil.copytree(src, out)
     exp.main(["--report-only", "--out", str(out)])
     for f in ("report.md", "report.json"):
         assert (out / f).read_bytes() == (src / f).read_bytes(), f
-    prov = json.loads((out / "report.json").read_text())["provenance"]
-    assert prov["runs_trained"] == 116 and len(prov["invocations"]) == 2 and prov["cpu_seconds"] is None
+    rep = json.loads((out / "report.json").read_text())
+    if preset == "depth":
+        prov = rep["provenance"]
+        assert prov["runs_trained"] == 116 and len(prov["invocations"]) == 2 and prov["cpu_seconds"] is None
+        assert "breakdown" not in rep and not any("act_fit" in r for r in rep["runs"])
+    else:
+        assert rep["breakdown"]["loss"] and all("act_fit" in r for r in rep["runs"])
+
+
+# --- the breakdown report (lib/prores_breakdown.py, lib/prores_growth.py) ------------------------
+
+def test_growth_fit_tells_exponential_from_linear_growth():
+    """log RMS = a + b l and a + c log l over layers 1..L: exponential growth gives back its rate b
+    and fits the exponential line better; linear growth (RMS = 0.5 l) gives c = 1 and fits the power line."""
+    from scipy import stats
+    from experiments.lib.prores_growth import growth_curve, growth_fit
+    L = 12
+    expo = [0.1] + [0.3 * math.exp(0.25 * l) for l in range(1, L + 1)]
+    f = growth_fit(expo)
+    assert f["b"] == pytest.approx(0.25) and f["a_exp"] == pytest.approx(math.log(0.3)) and f["rss_exp"] < 1e-20
+    assert f["better"] == "exponential" and f["rss_pow"] > 0.01
+    lin = [0.1] + [0.5 * l for l in range(1, L + 1)]
+    f = growth_fit(lin)
+    assert f["c"] == pytest.approx(1.0) and f["a_pow"] == pytest.approx(math.log(0.5)) and f["better"] == "power"
+    noisy = [0.2] + [1 + 0.1 * l + 0.05 * (-1) ** l for l in range(1, L + 1)]  # against scipy's own fit
+    f, want = growth_fit(noisy), stats.linregress(range(1, L + 1), [math.log(v) for v in noisy[1:]])
+    assert f["b"] == pytest.approx(want.slope) and f["a_exp"] == pytest.approx(want.intercept)
+    assert growth_fit([0.1, 1.0, 2.0]) is None and growth_fit([0.1, 1.0, 0.0, 2.0]) is None  # < 3 layers; no log
+    assert growth_fit([0.1, 1.0, float("nan"), 2.0, 3.0]) is None and growth_fit(None) is None
+    assert growth_curve([expo, [0.1, 1.0]]) == {"b": [pytest.approx(0.25), None], "c": [growth_fit(expo)["c"], None]}
+
+
+def breakdown_records(cells, unigram=3.8):
+    """Run records as prores_report.analyse makes them, only the fields the breakdown reads:
+    cells = {(norm, prores, depth): [final val loss per seed, None = NaN]}."""
+    from experiments.lib.prores_breakdown import failure_of
+    out = []
+    for (norm, pr, d), losses in cells.items():
+        for seed, v in enumerate(losses):
+            r = dict(norm=norm, prores=pr, depth=d, seed=seed, val_loss=v, diverged=v is None, unigram_loss=unigram)
+            out.append(dict(r, failure=failure_of(r, 0.1)))
+    return out
+
+
+def test_breakdown_rows_follow_their_definitions():
+    """The baseline breaks at L when clearly worse than at L0 (Welch) or mostly failed there, never
+    when it fails at L0 already; ProRes prevents it when clearly lower (paired) and not failed too."""
+    from argparse import Namespace
+    from experiments.lib.prores_breakdown import analyse_breakdown, breakdown_verdicts, failure_of
+    from scipy import stats
+    assert failure_of(dict(diverged=True, val_loss=None, unigram_loss=3.8), 0.1) == "nan"
+    assert [failure_of(dict(diverged=False, val_loss=v, unigram_loss=3.8), 0.1) for v in (3.69, 3.71, 4.5)] == \
+        [None, "stuck", "stuck"]
+    a = Namespace(norms=["pre", "post"], stuck_margin=0.1, loss_spike_pct=10.0, spike_window=20, grad_spike_x=3.0)
+    fine, good = [2.40, 2.42, 2.38], [2.45, 2.47, 2.44]
+    recs = breakdown_records({
+        ("pre", False, 8): fine, ("pre", True, 8): [2.43, 2.46, 2.41],      # ProRes costs at L = 8
+        ("pre", False, 48): [3.09, 3.00, 3.20], ("pre", True, 48): good,     # degrades; ProRes prevents it
+        ("pre", False, 96): [3.74, 3.75, None], ("pre", True, 96): [3.74, 3.749, 3.76],  # both stuck (one NaN)
+        ("post", False, 8): [3.75, 3.76, 3.74], ("post", True, 8): fine,    # stuck already at L = 8
+        ("post", False, 48): [3.75, 3.76, 3.75], ("post", True, 48): good})
+    s = analyse_breakdown(a, recs, [8, 48, 96])
+    rows = {(r["norm"], r["depth"]): r for r in s["depth"]}
+    assert set(rows) == {("pre", 48), ("pre", 96), ("post", 48)}  # post has no L = 96 runs
+    r = rows["pre", 48]
+    assert r["baseline_breaks"] and r["baseline_degrades"] and r["verdict"] == "reproduces"
+    want = stats.ttest_ind([3.09, 3.00, 3.20], fine, equal_var=False).pvalue
+    assert r["baseline_vs_ref"]["welch"]["p"] == pytest.approx(want)
+    assert r["prores_vs_baseline"]["paired"]["p"] == pytest.approx(stats.ttest_rel(good, [3.09, 3.00, 3.20]).pvalue)
+    r = rows["pre", 96]  # most baseline runs failed (2 stuck, 1 NaN): broken; ProRes stuck too: not prevented
+    assert r["failures"]["base"] == {"runs": 3, "nan": 1, "stuck": 2} and r["baseline_breaks"]
+    assert r["prores_vs_baseline"]["paired"]["n"] == 2 and r["verdict"] == "no clear difference"
+    assert not rows["post", 48]["baseline_breaks"] and rows["post", 48]["baseline_fails_at_ref"]
+    assert rows["post", 48]["verdict"] == "not measured"
+    vs = {v["claim"]: v for v in breakdown_verdicts(a, [8, 48, 96], s)}
+    pre = vs["ProRes prevents the deep breakdown of Pre-LN"]
+    assert pre["verdict"] == "partly" and "ProRes costs there" in pre["ours"]  # +0.033 at L = 8, every seed
+    assert vs["ProRes prevents the deep breakdown of Post-LN"]["verdict"] == "not measured"
+    assert "fails already at L = 8" in vs["ProRes prevents the deep breakdown of Post-LN"]["ours"]
+    loss = {(r["norm"], r["depth"]): r for r in s["loss"]}
+    assert loss["pre", 96]["base"] == [3.74, 3.75] and loss["pre", 96]["base_seeds"] == [0, 1]
+    assert loss["pre", 96]["welch"]["p"] == pytest.approx(
+        stats.ttest_ind([3.74, 3.749, 3.76], [3.74, 3.75], equal_var=False).pvalue)
+
+
+def test_breakdown_preset_report_tiny(cache, tmp_path):
+    """A --quick-sized sweep of the breakdown preset (no scan): every run record carries the fields
+    the report states, the tables' p-values recompute with scipy from the records in report.json,
+    and --report-only from report.json alone rebuilds it byte for byte."""
+    import json
+    import shutil
+    from scipy import stats
+    from experiments import prores as exp
+    from experiments.lib.common import VERDICTS, fmt_p
+    from experiments.lib.prores_growth import growth_fit
+    out = tmp_path / "bd"
+    argv = ["--out", str(out), "--jobs", "1", "--stage", "music-synthetic", "--train-args", "--synthetic-tokens 20000",
+            "--n-embd", "8", "--n-head", "2", "--block-size", "16", "--batch-size", "2", "--depths", "3,4",
+            "--iters", "6", "--seeds", "3", "--evals", "2", "--eval-iters", "2", "--spike-window", "2",
+            "--threads", "1"]
+    exp.main(argv)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["settings"]["preset"] == "breakdown" and not rep["scan"] and len(rep["runs"]) == 2 * 2 * 2 * 3
+    for r in rep["runs"]:
+        for k in ("norm", "prores", "depth", "lr", "seed", "steps", "val_loss", "best_val_loss", "loss_spikes",
+                  "max_grad_norm", "failure"):
+            assert k in r, k
+        assert len(r["act_rms"]) == r["depth"] + 1 and r["act_rms_steps"] == [3, 6]
+        assert [len(x) for x in r["act_rms_curve"]] == [r["depth"] + 1] * 2
+        assert r["act_fit"] == growth_fit(r["act_rms"]) and r["act_fit"]["better"] in ("exponential", "power")
+        assert r["act_fit_curve"]["b"] == [pytest.approx(growth_fit(x)["b"]) for x in r["act_rms_curve"]]
+        assert r["failure"] == ("stuck" if r["val_loss"] >= r["unigram_loss"] - 0.1 else None)
+    # the loss table: Welch's and the paired p from the runs' own final losses, as the table prints them
+    md = (out / "report.md").read_text()
+    table = md.split("### Final val loss: baseline against ProRes")[1].split("###")[0]
+    assert len(rep["breakdown"]["loss"]) == 4
+    for row in rep["breakdown"]["loss"]:
+        v = {pr: [r["val_loss"] for r in sorted(rep["runs"], key=lambda r: r["seed"])
+                  if (r["norm"], r["prores"], r["depth"]) == (row["norm"], pr, row["depth"])] for pr in (False, True)}
+        welch = stats.ttest_ind(v[True], v[False], equal_var=False).pvalue
+        pair = stats.ttest_rel(v[True], v[False]).pvalue
+        assert row["welch"]["p"] == pytest.approx(welch) and row["paired"]["p"] == pytest.approx(pair)
+        name = {"pre": "Pre-LN", "post": "Post-LN"}[row["norm"]]
+        line = next(x for x in table.splitlines() if x.startswith(f"| {name} | {row['depth']} |"))
+        assert line.split("|")[6].strip() == fmt_p(welch)[4:] and line.split("|")[7].strip() == fmt_p(pair)[4:]
+    growth = {(g["norm"], g["depth"]): g for g in rep["breakdown"]["growth"]}
+    for (norm, d), g in growth.items():
+        b = {pr: [r["act_fit"]["b"] for r in sorted(rep["runs"], key=lambda r: r["seed"])
+                  if (r["norm"], r["prores"], r["depth"]) == (norm, pr, d)] for pr in (False, True)}
+        assert g["b_test"]["welch"]["p"] == pytest.approx(stats.ttest_ind(b[True], b[False], equal_var=False).pvalue)
+        assert g["b_test"]["paired"]["p"] == pytest.approx(stats.ttest_rel(b[True], b[False]).pvalue)
+    claims = [v["claim"] for v in rep["verdicts"]]
+    for c in ("ProRes prevents the deep breakdown of Pre-LN", "ProRes prevents the deep breakdown of Post-LN",
+              "Activation norms grow linearly with depth under ProRes, exponentially without",
+              "ProRes has fewer loss spikes"):
+        assert c in claims, c
+    assert all(v["verdict"] in VERDICTS for v in rep["verdicts"])
+    assert "T = 1.0 / 0.8 steps a layer at L = 3 / 4" in rep["regime"] and "6 steps" in rep["regime"]
+    assert rep["figures"][0] == "breakdown.png" and "activation_over_time.png" in rep["figures"]
+    assert all((out / f).exists() for f in rep["figures"]) and rep["provenance"]["runs_trained"] == 24
+    assert "### Every run" in md and "### Definitions" in md
+    bare = tmp_path / "bare"  # the run folders gone: from report.json alone, byte for byte
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns("runs", "provenance.json"))
+    exp.main(["--report-only", "--out", str(bare)])
+    for f in ("report.md", "report.json"):
+        assert (bare / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_regime_names_the_ramp_per_layer():
+    from experiments import prores as exp
+    from experiments.lib.prores_breakdown import regime
+    a = exp.parse_args(["--out", "x"])
+    text = regime(a, a.lr, a.depths)
+    assert "1,000 steps" in text and "T = 62.5 / 10.4 / 5.2 steps a layer at L = 8 / 48 / 96" in text
+    assert "at L = 96 each layer ramps over fewer than the ~10 steps" in text and "2,000 steps would be" in text
+    assert "every layer on by step 500" in text and "T = 500-1,000 steps a layer in runs of 100k" in text
 
 
 def test_report_only_without_runs_or_report_is_one_line(tmp_path, capsys):

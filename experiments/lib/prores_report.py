@@ -23,10 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, combined_verdict, compare, kept_provenance, paired, fmt_mean_std, fmt_p, provenance_line, pyplot,
-                                    read_events, read_summary, reading, save_figure, settings_json,
-                                    summarize_provenance, verdict_of, write_json, write_text)
+from experiments.lib import prores_breakdown as bd
+from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, combined_verdict, kept_provenance, paired, fmt_mean_std,
+                                    fmt_p, provenance_line, pyplot, read_events, read_summary, reading, save_figure,
+                                    settings_json, verdict_of, write_json, write_text)
 from experiments.lib.evaluate import activation_rms, run_corpus, stage_model, unigram_loss, val_batch
+from experiments.lib.prores_cells import OPEN_STREAM, by_seed, cell, compare_cell, label, mean_pm
+from experiments.lib.prores_growth import growth_curve, growth_fit
 from experiments.lib.prores_runs import prores_T
 from flags import parse_args
 
@@ -35,18 +38,17 @@ CLAIM = ("ProRes: lower perplexity at every size (71M-7B); stable at 120 layers 
          "almost no loss/gradient spikes; activation norms grow linearly with depth instead of "
          "exponentially; +1.27% average zero-shot accuracy (arXiv 2603.05369)")
 FIGURES = ["loss_curves.png", "grad_norms.png", "activation_norms.png", "scan.png"]
-NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnorm": "DeepNorm",
-         "lns": "LNS (fixed 1/sqrt(l))", "lns-init": "LNS (authors' init)"}
+# the order of report.json's `figures` where the records carry the activation fits
+FIGURES_BREAKDOWN = ["breakdown.png", "activation_norms.png", "activation_over_time.png", "loss_curves.png",
+                     "grad_norms.png", "scan.png"]
+FIGURE_WORDS = {"breakdown.png": "final val loss against depth, baseline and ProRes, every seed",
+                "activation_norms.png": "RMS after each block of the final models, mean over seeds",
+                "activation_over_time.png": "RMS after the last block and the fit's b at every evaluation, seed 0",
+                "loss_curves.png": "training loss, 10-step running mean, seed 0", "grad_norms.png": "seed 0",
+                "scan.png": "final val loss against depth per lr, baselines"}
 COLORS = {"pre": "tab:blue", "post": "tab:red", "sandwich": "tab:green", "deepnorm": "tab:purple",
           "lns": "tab:brown", "lns-init": "tab:orange"}
-# placements without a norm on the residual stream: the activation-growth claim is about these
-# (Post-LN and DeepNorm end every block with a LayerNorm, so their ratio is ~1 by construction)
-OPEN_STREAM = ("pre", "sandwich", "lns", "lns-init")
 RECORD_KEYS = ("settings", "measurement_point", "spike_definition", "scan", "runs")
-
-
-def label(norm, pr):
-    return NAMES.get(norm, norm) + (" + ProRes" if pr else "")
 
 
 def fail_word(r):
@@ -82,7 +84,12 @@ class Data:
 
 
 def analyse_run(a, run, data):
-    """Every number of one finished run (None if it has not finished)."""
+    """Every number of one finished run (None if it has not finished): its losses, curves,
+    spikes, largest gradient norm (with its step, and the largest after the lr warmup: a
+    plain-init baseline's largest is often its very first), failure (lib/prores_breakdown's
+    definitions), the residual-stream RMS after each block of its final model (act_rms, L + 1
+    floats) and at every evaluation (act_rms_curve at act_rms_steps, as train.py logged them),
+    and the log-RMS fits of both (lib/prores_growth)."""
     s, diverged = read_summary(run.folder), (run.folder / "diverged.json").exists()
     if s is None and not diverged:
         return None
@@ -92,10 +99,10 @@ def analyse_run(a, run, data):
     r.update(val_loss=st.get("val_loss"), train_loss=st.get("train_loss"), best_val_loss=st.get("best_val_loss"),
              seconds=s["seconds"] if s else None)
     tr = sorted((e for e in read_events(run.folder, "train")), key=lambda e: e["iter"])
+    ev = sorted(read_events(run.folder, "eval"), key=lambda e: e["iter"])
     loss, gn = [e["loss"] for e in tr], [e["grad_norm"] for e in tr]
     r.update(steps=[e["iter"] for e in tr], loss=loss, grad_norm=gn, lr_curve=[e["lr"] for e in tr],
-             val_curve={e["iter"]: e["val_loss"] for e in sorted(read_events(run.folder, "eval"),
-                                                                   key=lambda e: e["iter"])},
+             val_curve={e["iter"]: e["val_loss"] for e in ev},
              loss_spikes=count_spikes(loss, a.spike_window, 1 + a.loss_spike_pct / 100),
              grad_spikes=count_spikes(gn, a.spike_window, a.grad_spike_x),
              max_grad_norm=max(gn) if gn else None, diverged_at=len(tr) if r["diverged"] else None)
@@ -108,6 +115,13 @@ def analyse_run(a, run, data):
     except FileNotFoundError:  # a run that diverged before its stage checkpoint
         r["act_rms"] = None
     r["act_growth"] = r["act_rms"][-1] / r["act_rms"][1] if r["act_rms"] and len(r["act_rms"]) > 1 else None
+    acts = [e for e in ev if e.get("act_rms")]
+    after = [g for t, g in zip(r["steps"], gn) if t > args.warmup_iters]  # the initial gradient left out
+    r.update(max_grad_norm_step=r["steps"][int(np.argmax(gn))] if gn else None,
+             max_grad_norm_after_warmup=max(after) if after else None)
+    r.update(failure=bd.failure_of(r, a.stuck_margin), act_rms_steps=[e["iter"] for e in acts],
+             act_rms_curve=[e["act_rms"] for e in acts], act_fit=growth_fit(r["act_rms"]),
+             act_fit_curve=growth_curve([e["act_rms"] for e in acts]))
     return r
 
 
@@ -151,18 +165,6 @@ def settings_of(records, out):
 # ---------------------------------------------------------------------------------------------
 # the reading rule, paired by seed
 
-
-
-
-
-def by_seed(rs, key):
-    return {r["seed"]: r[key] for r in rs if r.get(key) is not None}
-
-
-def cell(recs, **match):
-    return [r for r in recs if r is not None and all(r[k] == v for k, v in match.items())]
-
-
 # what each compared metric is, and its unit in a reading
 METRICS = {"val_loss": ("final val loss", "{:.3f} nats"), "max_grad_norm": ("largest gradient norm", "{:.2f}"),
            "act_growth": ("activation growth (RMS after the last block / after the first)", "{:.2f}"),
@@ -170,21 +172,17 @@ METRICS = {"val_loss": ("final val loss", "{:.3f} nats"), "max_grad_norm": ("lar
 # each reading_table: the metric, and the words for ProRes' value below / above its baseline's
 READINGS = (("val_loss", "lower", "higher"), ("max_grad_norm", "lower", "higher"), ("act_growth", "smaller", "larger"),
             ("loss_spikes", "fewer", "more"), ("grad_spikes", "fewer", "more"))
+# records that carry the activation fits (has_fits) are compared on one metric more: the largest
+# gradient norm after the lr warmup (a plain-init baseline's largest is its first step's, which
+# ProRes, starting from the identity, does not have by construction)
+METRICS_FITS = {**METRICS, "max_grad_norm_after_warmup": ("largest gradient norm after the lr warmup", "{:.2f}")}
+READINGS_FITS = READINGS[:2] + (("max_grad_norm_after_warmup", "lower", "higher"),) + READINGS[2:]
 
 
-def compare_cell(base, pro, key):
-    """ProRes - baseline on one metric over seeds: Welch (common.compare) and paired by seed."""
-    b, p = by_seed(base, key), by_seed(pro, key)
-    seeds = sorted(b.keys() & p.keys())
-    return {"welch": compare(list(p.values()), list(b.values())),
-            "paired": paired([p[s] for s in seeds], [b[s] for s in seeds]), "seeds": seeds,
-            "base": [b[s] for s in sorted(b)], "prores": [p[s] for s in sorted(p)]}
-
-
-def comparisons(a, recs, depths):
+def comparisons(a, recs, depths, metrics=METRICS):
     """Every (metric, placement, depth) cell of the measurement: ProRes against its baseline."""
     out = []
-    for key in METRICS:
+    for key in metrics:
         for norm in a.norms:
             for d in depths:
                 base, pro = cell(recs, norm=norm, prores=False, depth=d), cell(recs, norm=norm, prores=True, depth=d)
@@ -229,10 +227,6 @@ def both(c, better, worse, fmt):
 # ---------------------------------------------------------------------------------------------
 # the verdicts: one entry per claim of the paper
 
-def mean_pm(xs, fmt="{:.3f}"):
-    return fmt_mean_std([x for x in xs if x is not None], fmt)
-
-
 def cells_text(cs, better, worse, fmt, where):
     """'clear' cells named, the rest counted: '<reading> at <where>; ...; no clear difference in k other cells'."""
     clear = [c for c in cs if c["paired"]["clear"]]
@@ -255,8 +249,11 @@ def test_text(cs, name="paired t by seed"):
             f"{sum(c['paired']['clear'] for c in cs)} of {len(cs)} clear" if ps else f"{name}: no test")
 
 
-def verdicts(a, recs, depths, cmp):
-    """The paper's claims, each against our cells (module docstring: the reading rule)."""
+def verdicts(a, recs, depths, cmp, sections=None):
+    """The paper's claims, each against our cells (module docstring: the reading rule). With
+    `sections` (lib/prores_breakdown.analyse_breakdown: records that carry the activation fits),
+    the breakdown per placement replaces the Pre-LN depth penalty and the fits of log RMS the
+    last/first RMS ratio."""
     get = lambda key, norm=None: [dict(c, where=f"{label(c['norm'], False)} L = {c['depth']}")  # noqa: E731
                                   for c in cmp if c["metric"] == key and (norm is None or c["norm"] == norm)]
     out = []
@@ -273,7 +270,9 @@ def verdicts(a, recs, depths, cmp):
                     "test": test_text(cs),
                     "verdict": combined_verdict([verdict_of(c["paired"]) for c in cs])})
     d0, deep = depths[0], depths[1:]
-    if "pre" in a.norms and deep:
+    if sections is not None:
+        out += bd.breakdown_verdicts(a, depths, sections)
+    elif "pre" in a.norms and deep:
         pens = [dict(depth_penalty(recs, "pre", d0, d), depth=d) for d in deep]
         ours = "; ".join(penalty_text(d0, p) for p in pens)
         out.append({"claim": "ProRes stays stable at depth where Pre-LN degrades",
@@ -294,16 +293,20 @@ def verdicts(a, recs, depths, cmp):
                     "ours": f"{what} spikes per run, ProRes vs baseline, every placement together: {ours}",
                     "test": test_text(cs, "paired t by (placement, seed)"),
                     "verdict": combined_verdict([verdict_of(c["paired"]) for c in cs])})
-    cs = get("max_grad_norm")
+    cs = get("max_grad_norm" if sections is None else "max_grad_norm_after_warmup")
     if cs:
         out.append({"claim": "ProRes lowers the largest gradient norm",
                     "paper": "almost no gradient spikes",
-                    "ours": "largest gradient norm before clipping, ProRes vs baseline, by placement and depth: "
+                    "ours": "largest gradient norm before clipping" + ("" if sections is None else
+                                                                      " after the lr warmup") +
+                            ", ProRes vs baseline, by placement and depth: "
                             + cells_text(cs, "lower", "higher", "{:.2f}", lambda c: f"at {c['where']}"),
                     "test": test_text(cs),
                     "verdict": combined_verdict([verdict_of(c["paired"]) for c in cs])})
     cs = [c for c in get("act_growth") if c["norm"] in OPEN_STREAM]
-    if cs:
+    if sections is not None:
+        out += bd.growth_verdicts(sections["growth"])
+    elif cs:
         out.append({"claim": "ProRes flattens the growth of activation norms with depth",
                     "paper": "activation norms grow linearly with depth instead of exponentially",
                     "ours": "RMS of the residual stream after the last block / after the first, ProRes vs baseline "
@@ -368,7 +371,7 @@ def scan_table(a, recs):
 
 def reading_table(a, cmp, depths, key, better, worse):
     """ProRes against its baseline on one metric, every (placement, depth) cell, both tests."""
-    name, fmt = METRICS[key]
+    name, fmt = METRICS_FITS[key]
     rows = [f"#### {name[0].upper() + name[1:]}", "", "| placement | " + " | ".join(f"L = {d}" for d in depths) + " |",
             "|---|" + "---|" * len(depths)]
     for norm in a.norms:
@@ -438,6 +441,14 @@ def verdict_table(vs):
     return rows + [f"| {v['claim']} | {v['paper']} | {v['ours']} | {v['test']} | **{v['verdict']}** |" for v in vs] + [""]
 
 
+def has_fits(recs):
+    """Whether the runs' records carry the activation fits (analysed since train.py logs act_rms
+    at every evaluation): then the report has lib/prores_breakdown's sections. A report.json
+    kept from before (experiments/results/prores, the `depth` preset) has none, and rebuilds
+    as it was."""
+    return any("act_fit" in r for r in recs)
+
+
 def render(records, out):
     """report.md, report.json and the PNGs of OUT from the records alone; returns report.md's text."""
     out = Path(out)
@@ -447,12 +458,16 @@ def render(records, out):
     srecs, recs = records["scan"], records["runs"]
     prov = kept_provenance(out)
     train_s = sum(r["seconds"] or 0 for r in {r["name"]: r for r in recs + srecs}.values())
-    cmp = comparisons(a, recs, depths)
-    vs = verdicts(a, recs, depths, cmp) if recs else []
-    lines = [f"# ProRes: depth scan and measurement{' (--quick)' if a.quick else ''} (preset `{a.preset}`)", "",
+    rich = has_fits(recs)
+    sections = bd.analyse_breakdown(a, recs, depths) if rich else None
+    cmp = comparisons(a, recs, depths, METRICS_FITS if rich else METRICS)
+    vs = verdicts(a, recs, depths, cmp, sections) if recs else []
+    reg = bd.regime(a, lr, depths) if rich else regime(a, lr, depths)
+    title = "depth scan and measurement" if a.scan else "baselines and ProRes at depth"
+    lines = [f"# ProRes: {title}{' (--quick)' if a.quick else ''} (preset `{a.preset}`)", "",
              provenance_line(prov), "",
              f"Chen et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}. Paper's claim: {CLAIM}.", "",
-             regime(a, lr, depths), "",
+             reg, "",
              f"Training: {train_s / 60:.1f} min summed over runs (train.run's seconds). Mean ± std over seeds "
              "(n = number of seeds).", "", settings_line(a, lr, depths), ""] + init_note(a, recs)
     if a.scan:
@@ -471,8 +486,12 @@ def render(records, out):
                   "each side, here by the t-test paired by seed (the runs of one seed share their batches and, "
                   "unless the arms' inits differ, their initial weights); Welch's test is in the cell tables "
                   "below. A claim made for several cells is \"partly\" where its cells disagree; `ours` names the "
-                  "cells with a clear difference.", ""]
+                  "cells with a clear difference." + (" Whether a baseline breaks with depth is read by Welch's "
+                                                      "test across depths (the definitions below)." if rich else ""),
+                  ""]
         lines += verdict_table(vs)
+        if rich:
+            lines += bd.breakdown_md(a, recs, depths, sections)
         lines += measure_table(a, recs, depths, "Final validation loss (nats/token; lower is better)",
                                lambda r: r["val_loss"], note_fail=True)
         lines += measure_table(a, recs, depths, "Best validation loss over the run's evaluations",
@@ -484,48 +503,57 @@ def render(records, out):
                                "{:.1f}")
         lines += measure_table(a, recs, depths, "Largest gradient norm (before clipping)",
                                lambda r: r["max_grad_norm"], "{:.2f}")
+        if rich:
+            lines += measure_table(a, recs, depths, "Largest gradient norm after the lr warmup (before clipping)",
+                                   lambda r: r["max_grad_norm_after_warmup"], "{:.2f}")
         lines += measure_table(a, recs, depths, "Activation growth: residual-stream RMS after the last block / after "
                                "the first (final weights, one fixed validation batch)", lambda r: r["act_growth"],
                                "{:.2f}")
-        lines += activation_table(a, recs, depths[-1])
+        for d in (depths if rich else depths[-1:]):
+            lines += activation_table(a, recs, d)
         lines += ["Post-LN and DeepNorm end every block with a LayerNorm, so their ratio is ~1 by construction; "
                   "the growth claim concerns the placements without a norm on the residual stream "
                   "(Pre-LN, Sandwich, LNS).", "",
                   "### ProRes against its baseline, cell by cell", "",
                   "ProRes - baseline over the seeds of each cell: the t-test paired by seed, then Welch's test "
                   "(common.compare), each read by the rule above.", ""]
-        for key, better, worse in READINGS:
+        for key, better, worse in (READINGS_FITS if rich else READINGS):
             lines += reading_table(a, cmp, depths, key, better, worse)
         fails = lambda pr, d: cell(recs, prores=pr, depth=d)  # noqa: E731
         lines += ["Failed runs (diverged or stuck), baseline -> ProRes, every placement together: "
                   + "; ".join(f"L = {d}: {sum(r['failed'] for r in fails(False, d))}/{len(fails(False, d))} -> "
                               f"{sum(r['failed'] for r in fails(True, d))}/{len(fails(True, d))}" for d in depths)
                   + " (counts, not tested).", ""]
+        if rich:
+            lines += bd.runs_md(recs)
+    figures = plot(a, srecs, recs, depths, rich)
     lines += ["## Reading", "",
               "Every effect named above is a generated reading of the rule; where a cell says \"no clear "
               "difference\" these runs do not tell ProRes from its baseline." +
               (" This --quick run is a smoke test (one seed, tiny grid): it checks the pipeline, not the claim."
                if a.quick else ""), "",
-              "Figures: `loss_curves.png` (training loss, 10-step running mean, seed 0), `grad_norms.png` (seed 0), "
-              "`activation_norms.png` (RMS after each block, mean over seeds), `scan.png` (final val loss against "
-              "depth per lr, baselines). Every per-run number, curves included: `report.json`; the runs: "
+              ("Figures: " + ", ".join(f"`{f}` ({FIGURE_WORDS[f]})" for f in figures) if rich else
+               "Figures: `loss_curves.png` (training loss, 10-step running mean, seed 0), `grad_norms.png` (seed 0), "
+               "`activation_norms.png` (RMS after each block, mean over seeds), `scan.png` (final val loss against "
+               "depth per lr, baselines)") + ". Every per-run number, curves included: `report.json`; the runs: "
               "`runs/<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>/`.", ""]
     text = "\n".join(lines)
-    figures = plot(a, srecs, recs, depths)
     write_text(out / "report.md", text)
     write_json(out / "report.json", {
-        "source": SOURCE, "regime": regime(a, lr, depths), "figures": figures, "verdicts": vs,
+        "source": SOURCE, "regime": reg, "figures": figures, "verdicts": vs,
         "provenance": prov, "claim": CLAIM, **{k: records[k] for k in ("settings", "measurement_point",
                                                                        "spike_definition")},
-        "train_seconds": train_s, "comparisons": cmp, "scan": srecs, "runs": recs})
+        "train_seconds": train_s, "comparisons": cmp, **({"breakdown": sections} if rich else {}),
+        "scan": srecs, "runs": recs})
     return text
 
 
 # ---------------------------------------------------------------------------------------------
 # figures
 
-def plot(a, srecs, recs, depths):
-    """Draw the PNGs into a.out; returns their names, most telling first (report.json's `figures`)."""
+def plot(a, srecs, recs, depths, rich=False):
+    """Draw the PNGs into a.out; returns their names, most telling first (report.json's `figures`);
+    rich: lib/prores_breakdown's figures too."""
     plt = pyplot()
     drawn = []
     if srecs:
@@ -592,4 +620,6 @@ def plot(a, srecs, recs, depths):
     per_depth("residual-stream RMS", acts, "activation_norms.png", logy=True)
     per_depth("train loss (10-step mean)", curve("loss", 10), "loss_curves.png")
     per_depth("grad norm (before clipping)", curve("grad_norm", 1), "grad_norms.png", logy=True)
-    return [f for f in FIGURES if f in drawn]
+    if rich:
+        drawn += bd.plot_breakdown(a, recs, depths, plt, COLORS, lambda fig, name: save_figure(fig, a.out / name))
+    return [f for f in (FIGURES_BREAKDOWN if rich else FIGURES) if f in drawn]
