@@ -1,11 +1,20 @@
 """
-ProRes depth experiment: an lr x depth scan finds where deep baselines degrade; five norm placements with and without ProRes are measured there.
+ProRes depth experiment: deep Pre-LN and Post-LN baselines where they break, with and without ProRes (an lr x depth scan found the point).
 Chen et al., arXiv 2603.05369: progressive residual warmup alpha(l, t) = min(t / (T * l), 1) keeps deep models stable where Pre-LN degrades.
 
-    python experiments/prores.py --quick               # ~3.5 min here: the whole pipeline, tiny grid, 1 seed
-    python experiments/prores.py                       # the default: scan, then measurement (~47 min, see Time)
+    python experiments/prores.py                       # the default, preset breakdown (36 runs, ~70+ min here)
+    python experiments/prores.py --quick               # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --report-only         # rebuild report.md/json and the PNGs from finished runs
-    python experiments/prores.py --preset prose-d32    # the previous sweep (prose, width 32, GPT-2 init, cosine)
+    python experiments/prores.py --preset depth        # the earlier default: the scan, then 5 placements (~47 min)
+    python experiments/prores.py --preset prose-d32    # the sweep before that (prose, width 32, GPT-2 init, cosine)
+
+Preset breakdown: Pre-LN and Post-LN, baseline and + ProRes, lr 4e-3, L = 8 / 48 / 96, 1,000 steps, 3 seeds,
+no scan (the depth preset's scan found both baselines in trouble there at 200 steps: Pre-LN 3.09 nats at L = 48,
+3.60 at 96 against 2.39 at 8; Post-LN stuck from 48). An evaluation every 100 steps logs the residual stream's
+RMS after each block (train.py's act_rms), so the report follows the activations over training and fits log
+RMS against the layer (lib/prores_growth); lib/prores_breakdown reads where the baseline breaks and whether
+ProRes prevents it. Its ramp: T = 62.5 / 10.4 / 5.2 steps a layer at L = 8 / 48 / 96 (--ramp-frac 0.5).
+The rest of this docstring describes the depth preset (its scan, the choice of the point, its timing).
 
 The mechanism: prores.py (train.py --prores); the conditions: lib/prores_runs.py; the analysis and the
 reading of every claim: lib/prores_report.py.
@@ -64,9 +73,11 @@ Settings and their sources (the authors' code, github.com/dandingsky/ProRes; cit
   1.0417 at 8, 24, 48, 96 layers, so every ramp ends at step 100 of 200 (their 96-layer runs: 48k of 100k).
 Metrics (lib/prores_report.py): final and best val loss (nats/token), loss spikes (a step whose training loss
 exceeds the median of the previous 20 by more than 10%), gradient-norm spikes (pre-clipping norm > 3x the
-median of the previous 20; ProRes raises the norm by design while layers switch on), divergences, stuck runs,
-and the per-layer activation norms: the RMS of the residual stream after the embeddings and after each block,
-final weights, one fixed validation batch. Every run of one seed sees the same batches (train.py draws them
+median of the previous 20; ProRes raises the norm by design while layers switch on), the largest gradient norm
+(and the largest after the lr warmup), divergences (NaN), stuck runs, and the per-layer activation norms: the
+RMS of the residual stream after the embeddings and after each block, final weights, one fixed validation
+batch, with its fits log RMS = a + b l and a + c log l (lib/prores_growth); runs that logged act_rms at their
+evaluations add it over training, and the report the breakdown sections (lib/prores_breakdown). Every run of one seed sees the same batches (train.py draws them
 from (seed, stage, step)), so a hard batch makes a loss spike in every condition of that seed alike.
 
 Time (2 cores, jobs=2, one thread a run). Measured as CPU time of 1-thread runs of the default configuration

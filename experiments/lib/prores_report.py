@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from experiments.lib import prores_breakdown as bd
-from experiments.lib.common import (ALPHA, MIN_N, VERDICTS, combined_verdict, kept_provenance, paired, fmt_mean_std,
-                                    fmt_p, provenance_line, pyplot, read_events, read_summary, reading, save_figure,
-                                    settings_json, verdict_of, write_json, write_text)
+from experiments.lib.common import (ALPHA, COMBINED_RULE, MIN_N, VERDICTS, combined_verdict, kept_provenance, paired,
+                                    fmt_mean_std, fmt_p, provenance_line, pyplot, read_events, read_summary, reading,
+                                    save_figure, settings_json, verdict_of, write_json, write_text)
 from experiments.lib.evaluate import activation_rms, run_corpus, stage_model, unigram_loss, val_batch
 from experiments.lib.prores_cells import OPEN_STREAM, by_seed, cell, compare_cell, label, mean_pm
 from experiments.lib.prores_growth import growth_curve, growth_fit
@@ -485,10 +485,10 @@ def render(records, out):
                   f"Each claim is read by one rule: a difference counts only at p < {ALPHA:g} with n >= {MIN_N} on "
                   "each side, here by the t-test paired by seed (the runs of one seed share their batches and, "
                   "unless the arms' inits differ, their initial weights); Welch's test is in the cell tables "
-                  "below. A claim made for several cells is \"partly\" where its cells disagree; `ours` names the "
-                  "cells with a clear difference." + (" Whether a baseline breaks with depth is read by Welch's "
-                                                      "test across depths (the definitions below)." if rich else ""),
-                  ""]
+                  "below. " + (COMBINED_RULE + " Whether a baseline breaks with depth is read by Welch's test "
+                               "across depths (the definitions below)." if rich else
+                               "A claim made for several cells is \"partly\" where its cells disagree; `ours` names "
+                               "the cells with a clear difference."), ""]
         lines += verdict_table(vs)
         if rich:
             lines += bd.breakdown_md(a, recs, depths, sections)
