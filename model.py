@@ -270,19 +270,18 @@ class GPT(nn.Module):
         differently weighted rows, e.g. MIR's clean and masked copies).
 
         Returns (logits, loss). With targets, logits is None: the loss is computed from the
-        final hidden states without holding the full (B, T, vocab) logits. Without targets,
-        logits are (B, T, vocab) and loss is None.
+        final hidden states without holding the full (B, T, vocab) logits, and with a loss_mask
+        only the rows whose target counts reach the last norm, the head and the loss
+        (`counted_rows`). Without targets, logits are (B, T, vocab) and loss is None.
         """
         B, T = idx.size()
-        x = self.transformer.ln_f(self.residual_stream(idx))  # (B, T, C)
+        x = self.residual_stream(idx)  # (B, T, C)
         if targets is None:
-            return self.lm_head(x), None
-        weight = None
+            return self.lm_head(self.transformer.ln_f(x)), None
+        h, t, weight = x.view(B * T, -1), targets.reshape(-1), None
         if loss_mask is not None:
-            targets = targets.masked_fill(loss_mask == 0, -1)
-            if loss_mask.is_floating_point():
-                weight = loss_mask.reshape(-1)
-        h, t = x.view(B * T, -1), targets.reshape(-1)
+            h, t, weight = counted_rows(h, t, loss_mask.reshape(-1))
+        h = self.transformer.ln_f(h)
         if self.config.loss_impl == "standard":
             return None, standard_cross_entropy(h, self.lm_head.weight, t, row_weight=weight)
         dtype = getattr(torch, self.config.head_dtype) if self.config.head_dtype else None
@@ -358,6 +357,22 @@ class GPT(nn.Module):
             probs = F.softmax(logits, dim=-1)
             idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
         return idx
+
+
+def counted_rows(h, targets, loss_mask):
+    """The rows that carry loss: (h[r], targets[r], weights[r]) for the rows r where loss_mask
+    (N,) != 0, from h (N, C) and targets (N,); weights None for an integer 0/1 mask.
+
+    The last norm, the head and the cross-entropy act on each row alone, so scoring only these
+    rows gives the same loss and the same gradients as scoring all N with the others ignored
+    (a dropped row's gradient is 0 either way), without the work: a haystack record of the
+    procedural paper's diagnostics (arXiv 2601.21725) scores 1 target of its 63. All rows come
+    back uncopied when every one counts (a Dyck corpus, plain text)."""
+    weight = loss_mask if loss_mask.is_floating_point() else None
+    rows = loss_mask.nonzero()[:, 0]
+    if rows.numel() == loss_mask.numel():
+        return h, targets, weight
+    return h.index_select(0, rows), targets[rows], None if weight is None else weight[rows]
 
 
 def standard_cross_entropy(h, weight, targets, row_weight=None):

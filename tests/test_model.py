@@ -228,3 +228,69 @@ def test_fused_loss_equals_the_standard_formulation_in_the_model(tie):
     assert res["fused"][0] == pytest.approx(res["standard"][0], rel=1e-6)
     for n, g in res["standard"][1].items():
         assert torch.allclose(res["fused"][1][n], g, rtol=1e-5, atol=1e-7), n
+
+
+def reference_loss(m, idx, tgt, mask):
+    """The loss as GPT.forward took it before counted_rows: the last norm and the head over every
+    row, the rows that do not count given target -1 (and weight 0) and dropped by the loss."""
+    from lm_loss import linear_cross_entropy
+    from model import standard_cross_entropy
+    h = m.transformer.ln_f(m.residual_stream(idx)).view(-1, m.config.n_embd)
+    t = tgt.masked_fill(mask == 0, -1).reshape(-1)
+    w = mask.reshape(-1) if mask.is_floating_point() else None
+    if m.config.loss_impl == "standard":
+        return standard_cross_entropy(h, m.lm_head.weight, t, row_weight=w)
+    return linear_cross_entropy(h, m.lm_head.weight, t, row_weight=w)
+
+
+def masks(B=3, T=16):
+    g = torch.Generator().manual_seed(3)
+    one = torch.zeros(B, T, dtype=torch.long)
+    one[torch.arange(B), torch.randint(0, T, (B,), generator=g)] = 1        # a haystack record: one answer
+    weights = torch.rand(B, T, generator=g) * (torch.rand(B, T, generator=g) > 0.5)  # MIR-like weights, some 0
+    return {"one per row": one, "random": (torch.rand(B, T, generator=g) > 0.6).long(),
+            "every row": torch.ones(B, T, dtype=torch.long), "float weights": weights,
+            "bool": torch.rand(B, T, generator=g) > 0.5}
+
+
+@pytest.mark.parametrize("impl", ["fused", "standard"])
+@pytest.mark.parametrize("kind", list(masks()))
+def test_counted_rows_give_the_loss_and_gradients_of_scoring_every_row(impl, kind):
+    """GPT.forward puts only the counted rows through ln_f, the head and the loss: the same loss
+    and gradients (every parameter, fp32 tolerance) as scoring all rows with the others ignored."""
+    torch.manual_seed(0)
+    m = tiny(loss_impl=impl, tie_weights=kind != "random")
+    idx, tgt = torch.randint(0, 97, (3, 16)), torch.randint(0, 97, (3, 16))
+    mask = masks()[kind]
+    res = []
+    for fn in (lambda: m(idx, tgt, mask)[1], lambda: reference_loss(m, idx, tgt, mask)):
+        m.zero_grad(set_to_none=True)
+        loss = fn()
+        loss.backward()
+        res.append((loss.item(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+    assert res[0][0] == pytest.approx(res[1][0], rel=1e-6)
+    for n, g in res[1][1].items():
+        torch.testing.assert_close(res[0][1][n], g, rtol=1e-5, atol=1e-7, msg=n)
+
+
+def test_counted_rows_gathers_only_what_counts_and_copies_nothing_when_all_count():
+    from model import counted_rows
+    h, t = torch.randn(6, 4), torch.arange(6)
+    rows, targets, w = counted_rows(h, t, torch.tensor([0, 1, 0, 0, 2, 0]))
+    assert torch.equal(rows, h[[1, 4]]) and torch.equal(targets, torch.tensor([1, 4])) and w is None
+    rows, targets, w = counted_rows(h, t, torch.tensor([0.0, 0.5, 0.0, 0.0, 2.0, 0.0]))
+    assert torch.equal(w, torch.tensor([0.5, 2.0])) and torch.equal(targets, torch.tensor([1, 4]))
+    rows, targets, w = counted_rows(h, t, torch.ones(6))
+    assert rows is h and targets is t                                   # every row counts: no copy
+    rows, _, _ = counted_rows(h, t, torch.zeros(6, dtype=torch.long))
+    assert rows.shape == (0, 4)
+
+
+@pytest.mark.parametrize("impl", ["fused", "standard"])
+def test_a_mask_that_counts_nothing_scores_as_before(impl):
+    torch.manual_seed(0)
+    m = tiny(loss_impl=impl)
+    idx, tgt = torch.randint(0, 97, (2, 16)), torch.randint(0, 97, (2, 16))
+    for mask in (torch.zeros(2, 16, dtype=torch.long), torch.zeros(2, 16)):
+        ours, ref = m(idx, tgt, mask)[1], reference_loss(m, idx, tgt, mask)
+        assert torch.equal(ours.isnan(), ref.isnan()) and (ref.isnan() or ours.item() == ref.item())
