@@ -492,7 +492,8 @@ def breakdown_records(cells, unigram=3.8):
     out = []
     for (norm, pr, d), losses in cells.items():
         for seed, v in enumerate(losses):
-            r = dict(norm=norm, prores=pr, depth=d, seed=seed, val_loss=v, diverged=v is None, unigram_loss=unigram)
+            r = dict(norm=norm, prores=pr, depth=d, seed=seed, val_loss=v, diverged=v is None, unigram_loss=unigram,
+                     loss=[], grad_norm=[])
             out.append(dict(r, failure=failure_of(r, 0.1)))
     return out
 
@@ -536,6 +537,25 @@ def test_breakdown_rows_follow_their_definitions():
     assert loss["pre", 96]["base"] == [3.74, 3.75] and loss["pre", 96]["base_seeds"] == [0, 1]
     assert loss["pre", 96]["welch"]["p"] == pytest.approx(
         stats.ttest_ind([3.74, 3.749, 3.76], [3.74, 3.75], equal_var=False).pvalue)
+
+
+def test_spikes_split_into_the_batchs_and_the_runs_own():
+    """A spike both arms of a seed have at one step is the batch's (shared); the others are each arm's own;
+    the raw counts (count_spikes) are shared + own."""
+    from argparse import Namespace
+    from experiments.lib.prores_breakdown import spike_rows
+    from experiments.lib.prores_report import count_spikes
+    flat = [2.0] * 40
+    base, pro = list(flat), list(flat)
+    base[25] = pro[25] = 3.0  # a hard batch: both
+    base[30], pro[35] = 2.5, 2.4  # each its own
+    recs = [dict(norm="pre", prores=pr, depth=8, seed=0, loss=v, grad_norm=[1.0] * 40)
+            for pr, v in ((False, base), (True, pro))]
+    a = Namespace(norms=["pre"], loss_spike_pct=10.0, grad_spike_x=3.0, spike_window=20)
+    (row,) = spike_rows(a, recs, [8])
+    assert row["loss"] == {"shared": [1], "base_own": [1], "prores_own": [1]} and row["seeds"] == [0]
+    assert row["grad_norm"] == {"shared": [0], "base_own": [0], "prores_own": [0]}
+    assert count_spikes(base, 20, 1.1) == 2 and count_spikes(pro, 20, 1.1) == 2
 
 
 def test_breakdown_preset_report_tiny(cache, tmp_path):
@@ -584,6 +604,12 @@ def test_breakdown_preset_report_tiny(cache, tmp_path):
                   if (r["norm"], r["prores"], r["depth"]) == (norm, pr, d)] for pr in (False, True)}
         assert g["b_test"]["welch"]["p"] == pytest.approx(stats.ttest_ind(b[True], b[False], equal_var=False).pvalue)
         assert g["b_test"]["paired"]["p"] == pytest.approx(stats.ttest_rel(b[True], b[False]).pvalue)
+    for row in rep["breakdown"]["spikes"]:  # shared + own = the raw counts of each run
+        for pr, own in ((False, "base_own"), (True, "prores_own")):
+            rs = sorted((r for r in rep["runs"]
+                         if (r["norm"], r["prores"], r["depth"]) == (row["norm"], pr, row["depth"])),
+                        key=lambda r: r["seed"])
+            assert [r["loss_spikes"] for r in rs] == [x + y for x, y in zip(row["loss"]["shared"], row["loss"][own])]
     claims = [v["claim"] for v in rep["verdicts"]]
     for c in ("ProRes prevents the deep breakdown of Pre-LN", "ProRes prevents the deep breakdown of Post-LN",
               "Activation norms grow linearly with depth under ProRes, exponentially without",

@@ -30,7 +30,8 @@ import math
 import numpy as np
 
 from experiments.lib.common import ALPHA, MIN_N, combined_verdict, fmt_p, reading, verdict_of
-from experiments.lib.prores_cells import OPEN_STREAM, by_seed, cell, compare_cell, label, mean_pm, two_tests
+from experiments.lib.prores_cells import (OPEN_STREAM, by_seed, cell, compare_cell, label, mean_pm, spike_steps,
+                                          two_tests)
 from experiments.lib.prores_growth import MIN_LAYERS
 from experiments.lib.prores_runs import prores_T
 
@@ -138,14 +139,37 @@ def growth_rows(a, recs, depths):
     return rows
 
 
+def spike_rows(a, recs, depths):
+    """Loss and gradient spikes of the two arms of each seed, split by step: shared (both arms
+    spike at that step; they saw the same batch there, so it is the batch's) and each arm's own.
+    The paired test of the raw counts (the spike claims) is the paired test of the own counts:
+    the shared part cancels."""
+    rows = []
+    for norm in a.norms:
+        for d in depths:
+            arm = {pr: {r["seed"]: r for r in cell(recs, norm=norm, prores=pr, depth=d)} for pr in (False, True)}
+            seeds = sorted(arm[False].keys() & arm[True].keys())
+            if not seeds:
+                continue
+            row = {"norm": norm, "depth": d, "seeds": seeds}
+            for key, factor in (("loss", 1 + a.loss_spike_pct / 100), ("grad_norm", a.grad_spike_x)):
+                at = {pr: [set(spike_steps(arm[pr][s][key], a.spike_window, factor)) for s in seeds]
+                      for pr in (False, True)}
+                row[key] = {"shared": [len(b & p) for b, p in zip(at[False], at[True])],
+                            "base_own": [len(b - p) for b, p in zip(at[False], at[True])],
+                            "prores_own": [len(p - b) for b, p in zip(at[False], at[True])]}
+            rows.append(row)
+    return rows
+
+
 def analyse_breakdown(a, recs, depths):
     """report.json's `breakdown`: the definitions, the loss rows, the breakdown rows (every deep
-    depth against the shallowest) and the growth rows."""
+    depth against the shallowest), the growth rows and the spike rows."""
     d0 = depths[0]
     return {"definitions": definitions(a), "loss": loss_rows(a, recs, depths),
             "depth": [breakdown_row(recs, norm, d0, d) for norm in a.norms for d in depths[1:]
                       if cell(recs, norm=norm, depth=d) and cell(recs, norm=norm, depth=d0)],
-            "growth": growth_rows(a, recs, depths)}
+            "growth": growth_rows(a, recs, depths), "spikes": spike_rows(a, recs, depths)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,6 +360,21 @@ def growth_md(rows):
     return out + [""]
 
 
+def spikes_md(rows):
+    out = ["### Spikes: the batch's or the run's own", "",
+           "Both arms of a seed see the same batches, so a spike at a step where the other arm spikes too is the "
+           "batch's (shared); the rest are each arm's own. Mean ± std over seeds; the paired test of the raw counts "
+           "(the spike claims above) is the test of the own counts, the shared part cancelling.", "",
+           "| placement | L | loss: shared | baseline own | ProRes own | gradient: shared | baseline own "
+           "| ProRes own |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {label(r['norm'], False)} | {r['depth']} | " + " | ".join(
+            mean_pm(r[key][k], "{:.1f}") for key in ("loss", "grad_norm") for k in ("shared", "base_own", "prores_own"))
+            + " |")
+    return out + [""]
+
+
 def over_time_md(a, recs, depths):
     """RMS after the last block at every evaluation, mean over seeds."""
     steps = sorted({s for r in recs for s in r.get("act_rms_steps") or []})
@@ -375,7 +414,7 @@ def runs_md(recs):
 
 def breakdown_md(a, recs, depths, sections):
     return (definitions_md(a) + loss_md(sections["loss"]) + depth_md(sections["depth"]) +
-            growth_md(sections["growth"]) + over_time_md(a, recs, depths))
+            growth_md(sections["growth"]) + over_time_md(a, recs, depths) + spikes_md(sections["spikes"]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ read them).
     compare_cell(base, pro, "val_loss")              # ProRes - baseline: Welch and paired by seed
 """
 
+import math
+import statistics
+
 from experiments.lib.common import compare, fmt_mean_std, paired
 
 NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnorm": "DeepNorm",
@@ -27,6 +30,13 @@ def by_seed(rs, key):
 
 def cell(recs, **match):
     return [r for r in recs if r is not None and all(r[k] == v for k, v in match.items())]
+
+
+def spike_steps(values, window, factor):
+    """The indices t >= window with values[t] > factor * median(values[t - window:t]): a loss or
+    gradient-norm spike against the running median of the steps before it."""
+    return [t for t in range(window, len(values))
+            if math.isfinite(values[t]) and values[t] > factor * statistics.median(values[t - window:t])]
 
 
 def mean_pm(xs, fmt="{:.3f}"):

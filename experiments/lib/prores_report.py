@@ -18,7 +18,6 @@ paired by seed): a difference is an effect only at p < 0.05 with n >= 3 on each 
 import argparse
 import json
 import math
-import statistics
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from experiments.lib.common import (ALPHA, COMBINED_RULE, MIN_N, VERDICTS, combi
                                     fmt_mean_std, fmt_p, provenance_line, pyplot, read_events, read_summary, reading,
                                     save_figure, settings_json, verdict_of, write_json, write_text)
 from experiments.lib.evaluate import activation_rms, run_corpus, stage_model, unigram_loss, val_batch
-from experiments.lib.prores_cells import OPEN_STREAM, by_seed, cell, compare_cell, label, mean_pm
+from experiments.lib.prores_cells import OPEN_STREAM, by_seed, cell, compare_cell, label, mean_pm, spike_steps
 from experiments.lib.prores_growth import growth_curve, growth_fit
 from experiments.lib.prores_runs import prores_T
 from flags import parse_args
@@ -61,9 +60,8 @@ def fail_word(r):
 # collect: one record per run, from its folder
 
 def count_spikes(values, window, factor):
-    """Steps t >= window with values[t] > factor * median(values[t - window:t])."""
-    return sum(1 for t in range(window, len(values))
-               if math.isfinite(values[t]) and values[t] > factor * statistics.median(values[t - window:t]))
+    """How many steps t >= window have values[t] > factor * median(values[t - window:t])."""
+    return len(spike_steps(values, window, factor))
 
 
 class Data:
