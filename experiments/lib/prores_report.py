@@ -503,7 +503,7 @@ def render(records, out):
                                lambda r: r["max_grad_norm"], "{:.2f}")
         if rich:
             lines += measure_table(a, recs, depths, "Largest gradient norm after the lr warmup (before clipping)",
-                                   lambda r: r["max_grad_norm_after_warmup"], "{:.2f}")
+                                   lambda r: r.get("max_grad_norm_after_warmup"), "{:.2f}")
         lines += measure_table(a, recs, depths, "Activation growth: residual-stream RMS after the last block / after "
                                "the first (final weights, one fixed validation batch)", lambda r: r["act_growth"],
                                "{:.2f}")
