@@ -120,8 +120,9 @@ def breakdown_row(recs, norm, d0, d):
 
 
 def growth_rows(a, recs, depths):
-    """The log-RMS fits (lib/prores_growth) per condition: b, c and the better line of every
-    seed; ProRes - baseline on b and on c, Welch and paired by seed."""
+    """The log-RMS fits (lib/prores_growth) per condition: b, c, the better line and both lines'
+    residual sums of squares of every seed; ProRes - baseline on b and on c, Welch and paired by
+    seed."""
     rows = []
     for norm in a.norms:
         for d in depths:
@@ -129,10 +130,10 @@ def growth_rows(a, recs, depths):
                     for pr in (False, True)}
             if not (arms[False] and arms[True]):
                 continue
-            fit = {k: {pr: {r["seed"]: r["act_fit"][k] for r in rs} for pr, rs in arms.items()}
-                   for k in ("b", "c", "better")}
+            keys = ("b", "c", "better", "rss_exp", "rss_pow")
+            fit = {k: {pr: {r["seed"]: r["act_fit"][k] for r in rs} for pr, rs in arms.items()} for k in keys}
             rows.append({"norm": norm, "depth": d,
-                         **{arm: {k: [fit[k][pr][s] for s in sorted(fit[k][pr])] for k in ("b", "c", "better")}
+                         **{arm: {k: [fit[k][pr][s] for s in sorted(fit[k][pr])] for k in keys}
                             for arm, pr in (("base", False), ("prores", True))},
                          "b_test": two_tests(fit["b"][True], fit["b"][False]),
                          "c_test": two_tests(fit["c"][True], fit["c"][False])})
@@ -347,15 +348,19 @@ def growth_md(rows):
     out = ["### Activation growth with depth: fits of log RMS against the layer", "",
            "Per run, over layers l = 1..L of the final model (lib/prores_growth): log RMS = a + b l "
            "(exponential: x e^b a layer) and log RMS = a + c log l (power: RMS ~ l^c, c = 1 linear); "
-           "'exp.' counts the runs where the exponential line has the smaller residual sum of squares. "
-           "Post-LN ends every block with a LayerNorm, so its stream is flat by construction.", "",
+           "RSS: each line's residual sum of squares (mean over seeds); 'exp. better' counts the runs where the "
+           "exponential line's is the smaller. Post-LN ends every block with a LayerNorm, so its stream is flat by "
+           "construction.", "",
            "| placement | L | b, baseline | b, + ProRes | ProRes - baseline on b | c, baseline | c, + ProRes | "
-           "exp. better (baseline, ProRes) |", "|---|---|---|---|---|---|---|---|"]
+           "ProRes - baseline on c | RSS exp. / power, baseline; ProRes | exp. better, baseline; ProRes |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    rss = lambda f: f"{np.mean(f['rss_exp']):.3g} / {np.mean(f['rss_pow']):.3g}"  # noqa: E731
     for r in rows:
         b, p = r["base"], r["prores"]
         out.append(f"| {label(r['norm'], False)} | {r['depth']} | {mean_pm(b['b'], '{:.4f}')} | "
                    f"{mean_pm(p['b'], '{:.4f}')} | {diff_text(r['b_test'], '{:+.4f}')} | {mean_pm(b['c'], '{:.2f}')} | "
-                   f"{mean_pm(p['c'], '{:.2f}')} | {b['better'].count('exponential')}/{len(b['better'])}, "
+                   f"{mean_pm(p['c'], '{:.2f}')} | {diff_text(r['c_test'], '{:+.2f}')} | {rss(b)}; {rss(p)} | "
+                   f"{b['better'].count('exponential')}/{len(b['better'])}; "
                    f"{p['better'].count('exponential')}/{len(p['better'])} |")
     return out + [""]
 
