@@ -2,7 +2,7 @@
 ProRes depth experiment: deep Pre-LN and Post-LN baselines where they break, with and without ProRes (an lr x depth scan found the point).
 Chen et al., arXiv 2603.05369: progressive residual warmup alpha(l, t) = min(t / (T * l), 1) keeps deep models stable where Pre-LN degrades.
 
-    python experiments/prores.py                       # the default, preset breakdown (36 runs, ~70+ min here)
+    python experiments/prores.py                       # the default, preset breakdown (36 runs, ~100 min here)
     python experiments/prores.py --quick               # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --report-only         # rebuild report.md/json and the PNGs from finished runs
     python experiments/prores.py --preset depth        # the earlier default: the scan, then 5 placements (~47 min)
@@ -14,6 +14,7 @@ no scan (the depth preset's scan found both baselines in trouble there at 200 st
 RMS after each block (train.py's act_rms), so the report follows the activations over training and fits log
 RMS against the layer (lib/prores_growth); lib/prores_breakdown reads where the baseline breaks and whether
 ProRes prevents it. Its ramp: T = 62.5 / 10.4 / 5.2 steps a layer at L = 8 / 48 / 96 (--ramp-frac 0.5).
+Time: a 96-layer run took 10.3 min of wall time (two at a time on the 2 cores), so ~33 min a seed.
 The rest of this docstring describes the depth preset (its scan, the choice of the point, its timing).
 
 The mechanism: prores.py (train.py --prores); the conditions: lib/prores_runs.py; the analysis and the
