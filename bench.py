@@ -15,17 +15,25 @@ data-preparation throughput (GPT-2 BPE via tiktoken; MIDI files via mido).
                                     # the last line is worst_auto_ratio=... (auto vs the faster of the two)
     python bench.py --loop          # where a tiny model's train.py step goes, against the bare step
     python bench.py --jobs          # a sweep of small runs: 2 at a time x 1 thread vs 1 at a time x 2
+    python bench.py --tiny          # the procedural diagnostic shape (d16, 2 layers, batch 1,000): the
+                                    # baseline step against each candidate speed-up; the last line is
+                                    # fraction_of_matmul=... (the best kept step's FLOP/s over a matmul's)
 """
 
+import copy
 import os
 import tempfile
 import time
+import warnings
 from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
-from model import GPT, GPTConfig
+from lm_loss import linear_cross_entropy
+from model import GPT, GPTConfig, counted_rows, group_of
 
 # --grid: the shapes the experiments train (vocab, n_layer, n_head, n_embd, batch, block)
 GRID = {
@@ -260,6 +268,330 @@ def jobs_comparison(n_runs=4, iters=150):
     return res
 
 
+# --tiny: the procedural paper's diagnostic model (Jiang, Shinnick et al., arXiv 2601.21725;
+# the authors train it 10,000 steps x 1,000 records): 2 layers, 4 heads, d 16, context 64, a
+# vocabulary of ~128, fp32, batch 1,000. Its step is bound by per-op overhead and memory
+# traffic, not by FLOPs (4-wide attention heads, 16-wide matmuls).
+TINY = dict(vocab_size=128, n_layer=2, n_head=4, n_embd=16, block_size=64)
+KEEP = 1.03  # a candidate is kept when the baseline's step takes more than KEEP x its own
+
+
+def tiny_batch(B, mask, seed=0):
+    """(x, y, loss_mask) of B random rows of the tiny shape. mask 'haystack': one counted target
+    per row at a random position (a haystack record scores its one answer token of 63);
+    'dense': every target counts (a Dyck corpus), loss_mask None."""
+    g = torch.Generator().manual_seed(seed)
+    V, T = TINY["vocab_size"], TINY["block_size"]
+    x, y = (torch.randint(0, V, (B, T), generator=g) for _ in range(2))
+    if mask == "dense":
+        return x, y, None
+    m = torch.zeros(B, T, dtype=torch.long)
+    m[torch.arange(B), torch.randint(0, T, (B,), generator=g)] = 1
+    return x, y, m
+
+
+def loss_scoring_every_row(model, x, y, m):
+    """The loss as GPT.forward took it before `counted_rows`: the last norm and the head over
+    all B x T rows, the rows that do not count dropped inside lm_loss (its ignore index). The
+    baseline the row gather is timed against."""
+    B, T = x.shape
+    h = model.transformer.ln_f(model.residual_stream(x)).view(B * T, -1)
+    t = y if m is None else y.masked_fill(m == 0, -1)
+    return linear_cross_entropy(h, model.lm_head.weight, t.reshape(-1))
+
+
+def gpt_loss(model, x, y, m):
+    """The loss as GPT.forward takes it: only the rows that count reach the head."""
+    return model(x, y, m)[1]
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """One way to run the tiny shape's training step."""
+    name: str
+    threads: int
+    gather: bool = False      # GPT.forward's counted_rows (else loss_scoring_every_row)
+    compile: bool = False     # torch.compile of the loss function (the model's forward)
+    lean: bool = False        # AdamW(fused=True) on CPU, and one host read per step instead of two
+
+
+_COMPILED = {}  # (loss function, threads) -> its compiled form, shared by every model of the shape
+
+
+def tiny_optimizer(model, fused=False):
+    """The AdamW of model.configure_optimizers (decay 0.1, lr 1e-3, betas 0.9/0.95), fused on CPU if asked."""
+    groups = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu").param_groups
+    return torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]} for g in groups],
+                             lr=1e-3, betas=(0.9, 0.95), **({"fused": True} if fused else {}))
+
+
+class TinyRun:
+    """A model of the tiny shape, its AdamW and a batch; step() is one training step as
+    train.train_step takes it: forward, backward, gradient clipping at 1.0, AdamW, and the
+    loss and gradient norm read back. It takes its first step when built: first_step_s is its
+    seconds (the compile time, compiled), first_step its (loss, gradient norm before clipping)."""
+
+    def __init__(self, cfg, batch, seed=0):
+        torch.set_num_threads(cfg.threads)
+        torch.manual_seed(seed)
+        self.cfg, self.batch = cfg, batch
+        self.model = GPT(GPTConfig(**TINY))
+        self.params = list(self.model.parameters())
+        self.opt = tiny_optimizer(self.model, fused=cfg.lean)
+        self.loss = gpt_loss if cfg.gather else loss_scoring_every_row
+        if cfg.compile:
+            key = (self.loss, cfg.threads)  # inductor's CPU kernels keep the thread count they were built with
+            self.loss = _COMPILED.setdefault(key, torch.compile(self.loss))
+        t = time.perf_counter()
+        self.first_step = self.step()
+        self.first_step_s = time.perf_counter() - t
+
+    def step(self):
+        loss = self.loss(self.model, *self.batch)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        if self.cfg.lean:
+            return torch.stack([loss.detach(), norm]).tolist()
+        return loss.item(), norm.item()
+
+
+class _Stream(torch.nn.Module):
+    """GPT.residual_stream as a module's forward: what torch.func.functional_call calls."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, idx):
+        return self.gpt.residual_stream(idx)
+
+
+class SeedBatch:
+    """K seeds of one condition trained as one batched model: the K GPTs' parameters stacked
+    along a new first dimension (torch.func.stack_module_state) and the transformer body run
+    once for all K under torch.func.vmap, so a seed sweep pays each op's overhead once. The
+    last norm, the head and the loss run per seed on its counted rows (the row gather is
+    data-dependent and lm_loss's autograd.Function has no vmap rule). Each seed keeps its own
+    init (torch.manual_seed(seed)) and its own batch; each seed's gradient is clipped by its
+    own norm; AdamW is elementwise, so one AdamW over the stacked tensors is K independent ones.
+    step() returns the K losses and the K gradient norms before clipping."""
+
+    def __init__(self, batches, threads, seeds):
+        torch.set_num_threads(threads)
+        models = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            models.append(GPT(GPTConfig(**TINY)))
+        params, buffers = torch.func.stack_module_state(models)
+        self.params = {n: p.detach().requires_grad_() for n, p in params.items()}  # K x each tensor
+        self.buffers = buffers
+        self.stream = _Stream(copy.deepcopy(models[0]).to("meta"))
+        self.x, self.y = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+        self.masks = [b[2] for b in batches]
+        decay = [p for n, p in self.params.items() if p.dim() >= 3 and group_of(n) in ("attn", "mlp", "head")]
+        rest = [p for p in self.params.values() if all(p is not q for q in decay)]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                     lr=1e-3, betas=(0.9, 0.95))
+
+    def hidden(self, params, buffers, x):
+        named = {"gpt." + n: t for d in (params, buffers) for n, t in d.items()}
+        return torch.func.functional_call(self.stream, named, (x,))
+
+    def step(self):
+        with warnings.catch_warnings():  # vmap's notice that CPU flash attention has no batching rule
+            warnings.filterwarnings("ignore", message="There is a performance drop")
+            h = torch.func.vmap(self.hidden)(self.params, self.buffers, self.x)   # (K, B, T, C)
+        P, C = self.params, h.shape[-1]
+        losses = []
+        for k, m in enumerate(self.masks):
+            rows, t = h[k].reshape(-1, C), self.y[k].reshape(-1)
+            if m is not None:
+                rows, t, _ = counted_rows(rows, t, m.reshape(-1))
+            rows = F.layer_norm(rows, (C,), P["transformer.ln_f.weight"][k], P["transformer.ln_f.bias"][k], 1e-5)
+            losses.append(linear_cross_entropy(rows, P["transformer.wte.weight"][k], t))  # the tied head
+        losses = torch.stack(losses)
+        losses.sum().backward()                              # seed k's loss reaches only seed k's slices
+        sq = sum(p.grad.flatten(1).pow(2).sum(1) for p in P.values())
+        norms = sq.sqrt()                                    # (K,): each seed's gradient norm
+        coef = (1.0 / (norms + 1e-6)).clamp(max=1.0)         # clip_grad_norm_'s rule at max norm 1.0
+        for p in P.values():
+            p.grad.mul_(coef.view(-1, *[1] * (p.dim() - 1)))
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return losses.detach().tolist(), norms.tolist()
+
+
+class Timings:
+    """Seconds of each call in `rounds` interleaved rounds: calls maps a name to (threads, fn),
+    and each fn runs under its own thread count. Two clocks: the CPU time of the calling thread
+    (time.thread_time) and wall-clock. At one thread the CPU time is the step's own cost: it
+    leaves out the time the scheduler gives other processes (the noise of a shared machine);
+    at more threads only the wall-clock time means anything."""
+
+    def __init__(self, calls, rounds):
+        self.cpu, self.wall = {n: [] for n in calls}, {n: [] for n in calls}
+        for _ in range(rounds):
+            for name, (threads, fn) in calls.items():
+                torch.set_num_threads(threads)
+                t, c = time.perf_counter(), time.thread_time()
+                fn()
+                self.cpu[name].append(time.thread_time() - c)
+                self.wall[name].append(time.perf_counter() - t)
+
+    def best(self, name, by_cpu):
+        """The fastest round's seconds."""
+        return min((self.cpu if by_cpu else self.wall)[name])
+
+    def ratio(self, base, name, by_cpu):
+        """The median over rounds of base's seconds / name's in the same round: a paired ratio,
+        steadier than a ratio of minima when the load drifts between rounds."""
+        t = self.cpu if by_cpu else self.wall
+        r = sorted(a / b for a, b in zip(t[base], t[name]))
+        return (r[(len(r) - 1) // 2] + r[len(r) // 2]) / 2
+
+
+def plural(n, word):
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def matmul_call(threads, n=2048):
+    """(threads, fn): one n x n float32 matmul, the machine's own rate (2 n^3 FLOPs)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    return threads, lambda: a @ b
+
+
+def attention_call(batch_size, threads):
+    """(threads, fn): the tiny shape's attention alone, forward and backward of its n_layer
+    F.scaled_dot_product_attention calls (4 heads of 4 dimensions, causal)."""
+    B, H, T, C = batch_size, TINY["n_head"], TINY["block_size"], TINY["n_embd"]
+    q, k, v = (torch.randn(B, H, T, C // H, requires_grad=True) for _ in range(3))
+    g = torch.randn(B, H, T, C // H)
+
+    def fn():
+        for _ in range(TINY["n_layer"]):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+    return threads, fn
+
+
+class TinyTable:
+    """The --tiny table: one row per timed configuration, with its ratio to a stage's baseline.
+    A stage at one thread is judged by CPU time (Timings), at more threads by wall time."""
+
+    def __init__(self, tokens, flops, out):
+        self.tokens, self.flops, self.out, self.rows = tokens, flops, out, []
+
+    def header(self, title):
+        self.out(f"\n{title}\n  {'configuration':<38}{'thr':>3}{'ms/step':>9}{'wall ms':>9}{'tokens/s':>11}"
+                 f"{'GFLOP/s':>8}{'ratio':>8}")
+
+    def stage(self, stage, times, runs, base, judged=(), by_cpu=False, seeds=1):
+        """Rows for runs {name: (threads, first_step_s or None)}: the fastest round and the ratio
+        to base (Timings.ratio); those in `judged` are kept when the ratio is above KEEP.
+        Returns the names kept."""
+        kept_names = []
+        for name, (threads, first) in runs.items():
+            sec, ratio = times.best(name, by_cpu), times.ratio(base, name, by_cpu)
+            kept = ("kept" if ratio > KEEP else "not kept") if name in judged else ""
+            kept_names += [name] if kept == "kept" else []
+            tok_s = seeds * self.tokens / sec
+            self.rows.append(dict(stage=stage, name=name, threads=threads, ms=sec * 1000,
+                                  wall_ms=times.best(name, False) * 1000, tok_s=tok_s, ratio=ratio, kept=kept))
+            note = f" (first step, compiling: {first:.1f} s)" if first is not None else ""
+            self.out(f"  {name:<38}{threads:>3}{sec * 1000:>9.1f}{times.best(name, False) * 1000:>9.1f}"
+                     f"{tok_s:>11,.0f}{self.flops * tok_s / 1e9:>8.1f}{ratio:>7.2f}x  {kept}{note}")
+        return kept_names
+
+
+def tiny(batch_size=1000, rounds=5, mask="haystack", seeds=3, compile_=True, out=print):
+    """The tiny shape's training step: the baseline (today's loop at train.py's default thread
+    count, cores / processes) against each candidate, in interleaved stages: (1) thread count,
+    (2) each candidate alone, (3) the kept ones together, with attention alone and a large
+    matmul timed in the same rounds, (4) K seeds batched against K sequential models. Prints a
+    table; returns its rows and fraction_of_matmul: the kept configuration's FLOP/s over a
+    2048^2 float32 matmul's at the same thread count, timed the same way.
+
+    FLOPs per token: model.flops_per_token, 6 per weight multiplied (the non-embedding weights
+    and the tied head: 8,640 here) + 12 L T d for attention's scores and values (the causal
+    mask's halving not counted): 76,416 at T = 64."""
+    threads = torch.get_num_threads()
+    try:
+        return _tiny(batch_size, rounds, mask, seeds, compile_, out)
+    finally:
+        torch.set_num_threads(threads)  # the stages set their own
+
+
+def _tiny(batch_size, rounds, mask, seeds, compile_, out):
+    """tiny()'s stages; tiny restores the thread count they leave set."""
+    cores = os.cpu_count() or 1
+    flops = GPT(GPTConfig(**TINY)).flops_per_token()
+    batch = tiny_batch(batch_size, mask)
+    table = TinyTable(batch_size * TINY["block_size"], flops, out)
+    calls = lambda runs: {n: (r.cfg.threads, r.step) for n, r in runs.items()}
+    info = lambda runs: {n: (r.cfg.threads, r.first_step_s if r.cfg.compile else None) for n, r in runs.items()}
+    out(f"tiny shape: {TINY['n_layer']} layers, {TINY['n_head']} heads, d {TINY['n_embd']}, vocab "
+        f"{TINY['vocab_size']}, context {TINY['block_size']}, batch {batch_size}, fp32, mask {mask}; "
+        f"{plural(cores, 'core')}, load average {os.getloadavg()[0]:.2f}; best of {rounds} interleaved rounds")
+    out(f"FLOPs per token {flops:,}: 6 x the 8,640 weights multiplied (tied head included) + 12 L T d for "
+        "attention. ms/step: the fastest round, CPU time of the step's thread at 1 thread, wall-clock at "
+        "more; ratio: the median over rounds of the stage's baseline time / this one's in the same round; "
+        f"kept: ratio > {KEEP}")
+
+    # 1. threads: today's step at every thread count, by wall-clock time (what a user waits for)
+    table.header("1. thread count (torch.set_num_threads), wall-clock")
+    counts = sorted({cores, 1}, reverse=True)
+    name = lambda n: f"baseline, {plural(n, 'thread')}"
+    runs = {name(n): TinyRun(Tiny("baseline", n), batch) for n in counts}
+    times = Timings(calls(runs), rounds)
+    table.stage("threads", times, info(runs), name(cores), judged=list(runs)[1:])
+    threads = min(counts, key=lambda n: times.best(name(n), False))
+    by_cpu = threads == 1
+
+    # 2. each candidate alone on the baseline at the faster thread count
+    table.header(f"2. each candidate alone, {plural(threads, 'thread')}")
+    b = Tiny("baseline", threads)
+    cands = [b, replace(b, name="+ loss rows gathered (counted_rows)", gather=True),
+             replace(b, name="+ fused AdamW, one host read", lean=True)]
+    if compile_:
+        cands.append(replace(b, name="+ torch.compile", compile=True))
+    runs = {c.name: TinyRun(c, batch) for c in cands}
+    kept = table.stage("candidates", Timings(calls(runs), rounds), info(runs), "baseline",
+                       judged=list(runs)[1:], by_cpu=by_cpu)
+
+    # 3. the kept candidates together, against the baseline; attention alone and the matmul in the same rounds
+    changes = {k: True for n in kept for k in ("gather", "lean", "compile") if getattr(runs[n].cfg, k)}
+    best_cfg = Tiny("kept: " + (", ".join(changes) or "nothing"), threads, **changes)
+    table.header(f"3. the kept candidates together, {plural(threads, 'thread')}")
+    runs = {"baseline": TinyRun(Tiny("baseline", threads), batch), best_cfg.name: TinyRun(best_cfg, batch)}
+    extra = {"attention": attention_call(batch_size, threads), "matmul": matmul_call(threads)}
+    times = Timings({**calls(runs), **extra}, rounds)
+    table.stage("kept", times, info(runs), "baseline", by_cpu=by_cpu)
+    step = times.best(best_cfg.name, by_cpu)
+    matmul = 2 * 2048 ** 3 / times.best("matmul", by_cpu)
+    fraction = flops * table.tokens / step / matmul
+    att = times.best("attention", by_cpu)
+    out(f"  attention alone (F.scaled_dot_product_attention, {TINY['n_layer']} layers, forward + backward): "
+        f"{att * 1000:.1f} ms, {att / step:.0%} of the kept step")
+
+    # 4. K seeds as one batched model against K sequential models of the kept configuration
+    if seeds > 1:
+        table.header(f"4. {seeds} seeds: one vmapped model (torch.func) against {seeds} sequential models of the "
+                     f"kept configuration, {plural(threads, 'thread')}; ms per step of all {seeds}, tokens/s over all")
+        batches = [tiny_batch(batch_size, mask, seed=k) for k in range(seeds)]
+        singles = [TinyRun(best_cfg, bk, seed=k) for k, bk in enumerate(batches)]
+        batched = SeedBatch(batches, threads, range(seeds))
+        batched.step()
+        times = Timings({"sequential": (threads, lambda: [r.step() for r in singles]),
+                         "batched": (threads, batched.step)}, rounds)
+        table.stage("seeds", times, {"sequential": (threads, None), "batched": (threads, None)}, "sequential",
+                    judged=["batched"], by_cpu=by_cpu, seeds=seeds)
+
+    out(f"\nmatmul: {matmul / 1e9:.0f} GFLOP/s (2048 x 2048 float32, {plural(threads, 'thread')}, timed as the "
+        f"steps); load average now {os.getloadavg()[0]:.2f}")
+    return table.rows, fraction
+
+
 def check_agreement(device):
     """Loss and gradients of ours against the standard formulation on one d64 batch:
     max relative error of the loss and of every gradient tensor (fp32 and bf16)."""
@@ -340,7 +672,7 @@ def main(argv=None):
     p = ArgumentParser(description="Time full training steps of our GPT against the standard "
                                    "full-logits formulation, in one process.")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {list(SHAPES)}")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds per variant (minimum kept)")
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds per variant, minimum kept (default 3; --tiny 5)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-data", action="store_true", help="skip the data-preparation throughput")
     p.add_argument("--curve", type=int, default=0, metavar="STEPS",
@@ -350,12 +682,28 @@ def main(argv=None):
     p.add_argument("--loop", action="store_true", help="profile a tiny model's train.py step; nothing else")
     p.add_argument("--jobs", action="store_true",
                    help="time a sweep of 4 small runs, 2 at a time x 1 thread vs 1 at a time x 2; nothing else")
+    p.add_argument("--tiny", action="store_true",
+                   help="the procedural diagnostic shape (2 layers, d 16, vocab 128, context 64, fp32): the "
+                        "baseline step against each candidate speed-up; nothing else")
+    p.add_argument("--tiny-batch", type=int, default=1000, help="--tiny: rows per step (default 1000)")
+    p.add_argument("--tiny-mask", choices=("haystack", "dense"), default="haystack",
+                   help="--tiny: one counted target per row (haystack, the default) or every target (dense)")
+    p.add_argument("--tiny-seeds", type=int, default=3, metavar="K",
+                   help="--tiny: K seeds batched against K sequential runs (default 3; 1 skips it)")
+    p.add_argument("--no-compile", action="store_true", help="--tiny: leave torch.compile out (it compiles for ~20 s)")
     args = p.parse_args(argv)
-    if args.rounds <= 0:
+    if args.rounds is not None and args.rounds <= 0:
         p.error(f"--rounds must be positive, got {args.rounds}")
+    args.rounds = args.rounds or (5 if args.tiny else 3)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device; use --device cpu")
     device = torch.device(args.device)
+    if args.tiny:
+        if args.tiny_batch <= 0 or args.tiny_seeds <= 0:
+            p.error(f"--tiny-batch and --tiny-seeds must be positive, got {args.tiny_batch} and {args.tiny_seeds}")
+        _, fraction = tiny(args.tiny_batch, args.rounds, args.tiny_mask, args.tiny_seeds, not args.no_compile)
+        print(f"fraction_of_matmul={fraction:.3f}")
+        return
     if args.grid:
         print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; ms per training step "
               f"(forward, backward, AdamW), best of {args.rounds} interleaved rounds\n")

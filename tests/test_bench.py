@@ -1,0 +1,76 @@
+"""bench.py --tiny: it runs end to end at a very small batch and ends with fraction_of_matmul=;
+what it times computes what the training loop computes (its baseline loss is the model's, its
+batched seeds train as the same seeds trained one by one). No timing is asserted."""
+import pytest
+import torch
+
+import bench
+from model import GPT, GPTConfig
+
+
+def test_tiny_mode_runs_and_prints_fraction_of_matmul_last(capsys):
+    threads = torch.get_num_threads()
+    bench.main(["--tiny", "--tiny-batch", "4", "--rounds", "1", "--no-compile", "--tiny-seeds", "2"])
+    assert torch.get_num_threads() == threads        # the stages' thread counts are not left behind
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("fraction_of_matmul=")
+    assert float(lines[-1].split("=")[1]) > 0
+    text = "\n".join(lines)
+    for stage in ("1. thread count", "2. each candidate alone", "3. the kept candidates", "4. 2 seeds"):
+        assert stage in text
+    assert "76,416" in text                          # the FLOP count it states
+
+
+@pytest.mark.parametrize("argv, words", [(["--tiny", "--tiny-batch", "0"], ["--tiny-batch"]),
+                                         (["--tiny", "--tiny-seeds", "0"], ["--tiny-seeds"]),
+                                         (["--tiny", "--tiny-mask", "sparse"], ["--tiny-mask", "haystack"])])
+def test_tiny_errors_are_one_line(argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert e.value.code != 0 and len(err) == 1 and all(w in err[0] for w in words), err
+
+
+def test_tiny_flop_count_is_the_models():
+    m = GPT(GPTConfig(**bench.TINY))
+    n = m.get_num_params() + m.lm_head.weight.numel()
+    assert n == 8640 and m.flops_per_token() == 6 * 8640 + 12 * 2 * 64 * 16 == 76416
+
+
+@pytest.mark.parametrize("mask", ["haystack", "dense"])
+def test_the_baseline_loss_is_the_models_loss(mask):
+    """loss_scoring_every_row (what the row gather is timed against) = GPT.forward's loss and gradients."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(**bench.TINY))
+    batch = bench.tiny_batch(6, mask)
+    if mask == "haystack":
+        assert (batch[2].sum(1) == 1).all()          # one counted target per row
+    res = []
+    for fn in (bench.loss_scoring_every_row, bench.gpt_loss):
+        m.zero_grad(set_to_none=True)
+        loss = fn(m, *batch)
+        loss.backward()
+        res.append((loss.item(), [p.grad.clone() for p in m.parameters()]))
+    assert res[0][0] == pytest.approx(res[1][0], rel=1e-6)
+    for a, b in zip(res[0][1], res[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_batched_seeds_train_as_the_same_seeds_one_by_one():
+    """SeedBatch: K seeds stacked and vmapped take the same two steps as K separate models
+    (own init, own batch, clipping by each seed's own gradient norm, AdamW)."""
+    K, threads = 3, torch.get_num_threads()
+    batches = [bench.tiny_batch(5, "haystack", seed=k) for k in range(K)]
+    batched = bench.SeedBatch(batches, threads, range(K))
+    singles = [bench.TinyRun(bench.Tiny("one", threads, gather=True), b, seed=k) for k, b in enumerate(batches)]
+    losses, norms = batched.step()                    # a TinyRun takes its first step when built
+    for k, run in enumerate(singles):
+        assert losses[k] == pytest.approx(run.first_step[0], rel=1e-5)
+        assert norms[k] == pytest.approx(run.first_step[1], rel=1e-4)
+    batched.step()
+    for run in singles:
+        run.step()
+    for k, run in enumerate(singles):
+        for name, p in run.model.named_parameters():
+            torch.testing.assert_close(batched.params[name][k], p.detach(), rtol=1e-4, atol=1e-6, msg=name)
+    assert len(set(losses)) == K                    # three seeds, not one model three times
