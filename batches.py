@@ -1,8 +1,8 @@
 """
 What the loop reads: a stage's corpus with the run's data flags, its budget in steps, and its
-batches (random windows of a token stream, or whole records of procedural and task corpora,
-with their loss masks), plus the per-row generators objectives draw their masks from and the
-task stages' exact-answer accuracy.
+batches (random windows of a token stream, whole records of procedural and task corpora, or
+fresh records of a stream corpus, each with its loss mask), plus the per-row generators
+objectives draw their masks from and the task stages' exact-answer accuracy.
 """
 
 import math
@@ -18,14 +18,20 @@ from data.common import UserError
 # of grad_accum x world x B rows from a generator seeded by the step itself; micro-batch m of
 # rank r takes rows [(m * world + r) * B, ... + B). So a resumed run draws exactly the batches of
 # the uninterrupted run, and 2 processes (or 2 accumulation steps) at batch B see the rows of 1
-# at batch 2B.
+# at batch 2B. A stream corpus (info["stream"]: the authors' diagnostics, data/tasks.py) has no
+# fixed training set: the global batch is generated from the same key, never a test record.
 
 def get_batch(corpus, split, batch_size, block_size, key, rank, world, device, micro=0, accum=1):
     """(x, y, loss_mask or None): rows (micro * world + rank) * B ... + B of the global batch `key`."""
     stream = corpus.train if split == "train" else corpus.val
     mask = corpus.train_mask if split == "train" else corpus.val_mask
-    rng = np.random.default_rng(key)
     n_rows = accum * world * batch_size
+    first = (micro * world + rank) * batch_size
+    if split == "train" and corpus.info.get("stream"):
+        from data.tasks import stream_records
+        rows, rows_mask = stream_records(corpus, key, n_rows)
+        return _to_device(rows[first:first + batch_size], rows_mask[first:first + batch_size, 1:], device)
+    rng = np.random.default_rng(key)
     seq = corpus.info.get("seq_len")
     chunk = corpus.info.get("chunk_len") if split == "train" else None
     if seq:  # fixed-length records (procedural data, tasks): one row = one record
@@ -40,11 +46,15 @@ def get_batch(corpus, split, batch_size, block_size, key, rank, world, device, m
                             "more: lower --block-size or give more data")
         width = block_size + 1
         starts = rng.integers(0, len(stream) - block_size - 1, size=n_rows)
-    first = (micro * world + rank) * batch_size
     starts = starts[first:first + batch_size]
     idx = starts[:, None] + np.arange(width)                             # (B, width)
-    xy = torch.from_numpy(np.asarray(stream[idx], dtype=np.int64))
-    m = None if mask is None else torch.from_numpy(np.asarray(mask[idx[:, 1:]], dtype=np.int64))
+    return _to_device(stream[idx], None if mask is None else mask[idx[:, 1:]], device)
+
+
+def _to_device(rows, target_mask, device):
+    """(x, y, loss_mask or None) of rows (B, width) and the mask of their targets (B, width - 1)."""
+    xy = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+    m = None if target_mask is None else torch.from_numpy(np.asarray(target_mask, dtype=np.int64))
     x, y = xy[:, :-1], xy[:, 1:]
     if device.type == "cuda":
         x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
@@ -75,6 +85,9 @@ def unigram_perplexity(corpus):
 def keep_unique_tokens(corpus, n):
     """The data-constrained regime: only the first n training tokens (whole records for record
     corpora, whole chunks for chunked music), repeated for as many epochs as the budget asks."""
+    if corpus.info.get("stream"):
+        raise UserError(f"--unique-tokens: stage {corpus.name!r} is a stream of fresh records (it has no fixed "
+                        "training set to keep part of); leave out --unique-tokens or use a task: stage")
     unit = corpus.info.get("seq_len") or corpus.info.get("chunk_len") or 1
     n = int(n) // unit * unit
     if n < unit or n > len(corpus.train):
@@ -121,18 +134,32 @@ def stage_iters(args, corpus, rows_per_iter):
 
 
 @torch.no_grad()
-def task_accuracy(model, corpus, batch, device, amp):
-    """Exact-answer accuracy on a task's whole test split (data/tasks.py): the answer span is
-    right iff every teacher-forced argmax on it is right, which is exactly greedy decoding."""
-    from data.tasks import answer_accuracy
+def task_predictions(model, corpus, batch, device, amp):
+    """(records (N, S), the model's argmax next-token predictions (N, S-1) with the true prefix
+    fed) over a task's whole test split."""
     S = corpus.info["seq_len"]
     rows = np.asarray(corpus.val).reshape(-1, S)
-    mask = np.asarray(corpus.val_mask).reshape(-1, S)
-    right = 0
+    preds = []
     for i in range(0, len(rows), batch):
         r = torch.from_numpy(rows[i:i + batch].astype(np.int64)).to(device)
         with amp:
             logits = model(r[:, :-1])[0]
-        pred = logits[..., :corpus.vocab_size].argmax(-1).cpu().numpy()
-        right += answer_accuracy(pred, rows[i:i + batch, 1:], mask[i:i + batch, 1:]) * len(pred)
-    return right / len(rows)
+        preds.append(logits[..., :corpus.vocab_size].argmax(-1).cpu().numpy())
+    return rows, np.concatenate(preds)
+
+
+def answer_targets(corpus, rows):
+    """The target-aligned answer span (N, S-1) of a task's records: the loss mask of task:NAME,
+    the whole answer (data.tasks.answer_span) of the authors' layout, whose loss mask is theirs."""
+    from data.tasks import answer_span
+    if corpus.info.get("layout") == "authors":
+        return answer_span(corpus.info["task"], rows)
+    return np.asarray(corpus.val_mask).reshape(rows.shape)[:, 1:]
+
+
+def task_accuracy(model, corpus, batch, device, amp):
+    """Exact-answer accuracy on a task's whole test split (data/tasks.py): the answer span is
+    right iff every teacher-forced argmax on it is right, which is exactly greedy decoding."""
+    from data.tasks import answer_accuracy
+    rows, pred = task_predictions(model, corpus, batch, device, amp)
+    return answer_accuracy(pred, rows[:, 1:], answer_targets(corpus, rows))

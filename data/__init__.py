@@ -2,7 +2,7 @@
 The corpus registry: `data.load(name, **opts) -> Corpus` for every stage name train.py accepts.
 
 A stage name is a registered name (see `STAGES`, or `python train.py --help`) or a prefix and
-what it takes: `text:PATH`, `procedural:KIND`, `task:NAME` (see `PREFIXES`). Every loader
+what it takes: `text:PATH`, `procedural:KIND`, `task:NAME`, `stream:NAME` (see `PREFIXES`). Every loader
 prepares its corpus once into the cache folder (data/common.py) and memory-maps it afterwards.
 """
 
@@ -28,11 +28,13 @@ PREFIXES = {
                    "one kind, a mixture KIND+KIND, KIND-shuffled (control), shuffled:KIND+KIND; "
                    "kinds: " + ", ".join(procedural.KINDS)),
     "task": (tasks.load_task, "a diagnostic with exact-answer accuracy: " + ", ".join(tasks.TASKS)),
+    "stream": (tasks.load_stream, "a diagnostic as the authors train it (their layout and loss, a fresh "
+                                  "record stream, 4,000 test records): " + ", ".join(tasks.AUTHORS)),
 }
 # prefix -> check(rest) raising ValueError that lists the valid values
-_CHECKS = {"procedural": procedural.check_spec, "task": tasks.check_task}
+_CHECKS = {"procedural": procedural.check_spec, "task": tasks.check_task, "stream": tasks.check_stream}
 # prefix -> what follows the colon, as --help and errors name it
-ARGUMENT = {"text": "PATH", "procedural": "KIND", "task": "NAME"}
+ARGUMENT = {"text": "PATH", "procedural": "KIND", "task": "NAME", "stream": "NAME"}
 PROSE_CHOICES = ("wiki-leads", "wikitext2", "wikitext103")
 
 

@@ -1,13 +1,21 @@
 """
 Diagnostic tasks with exact-answer accuracy: haystack, (reversed) addition, multiplication, sorting.
 Jiang, Shinnick et al., arXiv 2601.21725, the algorithmic diagnostics (authors' code:
-downstream/algorithmic_tasks/task_*.py), rewritten with numpy in one shared task vocabulary.
+downstream/algorithmic_tasks/task_*.py of github.com/zlshinnick/procedural-pretraining), in
+numpy, in two versions:
+
+  task:NAME    ours: one shared 174-token vocabulary, a fixed training set of 40,000 records, the
+               loss on the whole answer span (the earlier default of experiments/procedural.py);
+  stream:NAME  the authors': their token layout per task, their loss positions, and a fresh
+               stream of training records that never yields a test record (section "the
+               authors' diagnostics" below).
+
+--- task:NAME, our layout ---
 
 Every record is prompt + answer, PAD-padded to a fixed length S; the loss mask covers the
 answer span only (the authors too train on answers only; how their span differs, below).
 Vocabulary (174 ids): digits 0-9 = ids 0-9, '+' 10, '*' 11, '=' 12, ',' 13, '?' 14,
 END '$' 15, PAD '_' 16, keys k0..k29 = 17..46, values v1..v127 = 47..173.
-
   haystack           k v k v ... ? k -> v            1..30 pairs (distinct keys), S = 63;
                      as task_condattendstream.py:22-35 (30 keys, values 1..127, answer = the
                      queried key's value, no END), with '?' + key instead of a query-key alphabet
@@ -47,6 +55,37 @@ task_additionstream.py:56-77, task_multiplication.py:58-86, task_condattendstrea
     below theirs for multi-digit answers); the two are not convertible into each other.
   - haystack has one answer token, the value after the query key, in both: there the two
     spans and the two accuracies coincide.
+
+--- stream:NAME, the authors' version (experiment_stream.py + task_*.py) ---
+
+Layouts, one vocabulary per task as their files (their record length S, PAD included):
+  haystack           condattendstream_30 (task_condattendstream.py:1-35): vocabulary 256; 1..30
+                     pairs (random.randint(1, 30)), keys = a permutation of 0..29 written as
+                     128 + key, values 1..127, then the query key in its own range (158 + key),
+                     then the answer value; PAD 0 up to S = 63
+  addition           forwardaddition_5 (task_forwardaddition.py:26-49): vocabulary 31; operand
+                     digits 0-9, '+' 10, '=' 11, PAD 12, result digits 20-29, stop 30; 5-digit
+                     operands; S = 3*5 + 4 = 19
+  reversed_addition  additionstream_10 (task_additionstream.py:25-46): the same ids, operands and
+                     result least-significant digit first, 10-digit operands, S = 34
+  multiplication     multiplication_5 (task_multiplication.py:24-48): '*' 10, 5 x 5 digits,
+                     S = 5*5 + 4 = 29 (their padding; the longest record has 23 tokens)
+  sorting            ours (the authors have no sorting task), written in their arithmetic
+                     convention so their metric applies: 8 two-digit numbers, digits 0-9, ',' 10,
+                     '=' 11, PAD 12; the sorted list with digits 20-29, ',' 31, stop 30; S = 48
+Loss and accuracy as theirs (compute_loss / compute_metrics of each task file, e.g.
+task_forwardaddition.py:59-80): the positions whose INPUT token is an answer token (ids >= 20;
+haystack: the query token, ids >= 158) predict the next token; the loss is the mean cross-entropy
+over those positions of a batch, their accuracy the share of them predicted right, pooled over
+the test set (`token_accuracy`). The corpus's loss mask is exactly that set, moved onto the
+targets. Our exact-answer accuracy beside it (`answer_span`): every answer token right, the
+first one (predicted at '=', which their loss and metric leave out) included, each from the
+true prefix (= greedy decoding, below). Haystack has one answer token: the two coincide.
+Data as theirs (experiment_stream.py:76-85, 176-191): a fixed test set of 4,000 records drawn
+once (their eval_size), and a training stream from the same generator that skips every record
+equal to a test record. Ours draws each step's records from that step's seed (`stream_records`),
+so a resumed run sees the same records, and the test set from --data-seed alone, so every model
+seed is scored on the same 4,000 records (theirs draw it from the run's seed).
 """
 
 import numpy as np
@@ -223,3 +262,147 @@ def load_task(name, cache=None, seed=0, task_train=None, task_test=None, **_):
                 train_records=len(train), test_records=len(test), source="generated, arXiv 2601.21725 diagnostics")
     return Corpus(name=f"task:{name}", vocab_size=VOCAB, train=train.reshape(-1), val=test.reshape(-1),
                   decode=decode, train_mask=train_mask.reshape(-1), val_mask=test_mask.reshape(-1), info=info)
+
+
+# ----------------------------------------------------------------------------------------------
+# the authors' diagnostics (stream:NAME): their layouts, their loss positions, a fresh stream
+
+# name -> the authors' task id, vocabulary, record length S, the first id of the tokens whose
+# position is scored (their `wanted = labels[..., :-1] >= ...`)
+AUTHORS = {"haystack": dict(task_id="condattendstream_30", vocab=256, seq_len=63, scored_from=158),
+           "addition": dict(task_id="forwardaddition_5", vocab=31, seq_len=19, scored_from=20),
+           "reversed_addition": dict(task_id="additionstream_10", vocab=31, seq_len=34, scored_from=20),
+           "multiplication": dict(task_id="multiplication_5", vocab=31, seq_len=29, scored_from=20),
+           "sorting": dict(task_id="ours (sorting_8)", vocab=32, seq_len=48, scored_from=20)}
+A_OP, A_EQ, A_PAD, A_DIGIT0, A_STOP, A_COMMA = 10, 11, 12, 20, 30, 31
+H_PAIRS, H_HALF = 30, 128                    # condattendstream_30: max_len 30, vocab_size // 2
+
+
+def check_stream(name):
+    if name not in AUTHORS:
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(AUTHORS)}")
+    return name
+
+
+def _their_haystack(rng, n):
+    """task_condattendstream.py:22-35: m = 1..30 pairs, keys a permutation of 0..29 (128 + key),
+    values 1..127, the query 158 + key (one of the m keys, uniform), its value, PAD 0 to 63."""
+    m = rng.integers(1, H_PAIRS + 1, n)
+    keys = np.argsort(rng.random((n, H_PAIRS)), axis=1)
+    values = rng.integers(1, H_HALF, (n, H_PAIRS))
+    q = (rng.random(n) * m).astype(np.int64)
+    rows, S = np.arange(n), 2 * H_PAIRS + 3
+    rec = np.zeros((n, S), np.int64)
+    rec[:, 0:2 * H_PAIRS:2], rec[:, 1:2 * H_PAIRS:2] = keys + H_HALF, values
+    rec[np.arange(S) >= 2 * m[:, None]] = 0
+    rec[rows, 2 * m] = keys[rows, q] + H_PAIRS + H_HALF
+    rec[rows, 2 * m + 1] = values[rows, q]
+    return rec
+
+
+def _their_answer(ids):
+    """Our answer columns (digits 0-9, ',', END, PAD) in the authors' ids (20-29, 31, 30, 12)."""
+    return np.select([ids == END, ids == PAD, ids == COMMA], [A_STOP, A_PAD, A_COMMA], ids + A_DIGIT0)
+
+
+def _their_record(name, rng, n):
+    """(n, S) records of one task in the authors' layout."""
+    if name == "haystack":
+        return _their_haystack(rng, n)
+    if name == "sorting":
+        prompt, answer = _sorting(rng, n, DEFAULTS["sorting"]["items"])
+        prompt = np.select([prompt == COMMA, prompt == EQ], [A_OP, A_EQ], prompt)
+    else:   # task_forwardaddition.py:34-49, task_additionstream.py:33-46, task_multiplication.py:33-48
+        op = {"addition": "+", "reversed_addition": "r+", "multiplication": "*"}[name]
+        prompt, answer = _arithmetic(rng, n, DEFAULTS[name]["digits"], op)
+        prompt = np.select([prompt == PLUS, prompt == TIMES, prompt == EQ], [A_OP, A_OP, A_EQ], prompt)
+    rec = np.full((n, AUTHORS[name]["seq_len"]), A_PAD, np.int64)
+    rec[:, :prompt.shape[1] + answer.shape[1]] = np.hstack([prompt, _their_answer(answer)])
+    return rec
+
+
+def their_loss_mask(name, tokens):
+    """The authors' loss positions moved onto the targets: mask[:, j] = 1 iff the INPUT token
+    j - 1 is an answer token (ids >= 20; haystack: the query, >= 158), i.e. the target j is
+    what their compute_loss scores there (task_forwardaddition.py:73-79)."""
+    mask = np.zeros(tokens.shape, np.uint8)
+    mask[:, 1:] = tokens[:, :-1] >= AUTHORS[name]["scored_from"]
+    return mask
+
+
+def answer_span(name, tokens):
+    """Our exact answer on the authors' layout, target-aligned (B, S-1) like answer_accuracy's
+    mask: every answer token (ids >= 20, the stop included, the first digit too); haystack:
+    the value after the query."""
+    tokens = np.asarray(tokens)
+    if name == "haystack":
+        return tokens[:, :-1] >= AUTHORS[name]["scored_from"]
+    return tokens[:, 1:] >= A_DIGIT0
+
+
+def token_accuracy(pred, targets, scored):
+    """The authors' metric (compute_metrics, e.g. task_forwardaddition.py:59-64): the share of
+    the scored positions whose argmax is the next token, pooled over all records (not a mean
+    of per-record shares). pred, targets, scored: (B, S-1), target-aligned."""
+    pred, targets, scored = _np(pred), _np(targets), _np(scored).astype(bool)
+    return float((pred == targets)[scored].mean()) if scored.any() else float("nan")
+
+
+def generate_stream(name, n, seed=0):
+    """n records of stream:NAME and their loss mask (tokens uint16 (n, S), mask uint8 (n, S)),
+    deterministic in (name, n, seed); seed: an int or a tuple of ints."""
+    seed = [int(s) for s in seed] if isinstance(seed, (tuple, list)) else [int(seed)]
+    tokens = _their_record(check_stream(name), np.random.default_rng([*seed, 7, TASKS.index(name)]), n)
+    return tokens.astype(np.uint16), their_loss_mask(name, tokens)
+
+
+def stream_records(corpus, key, n):
+    """The training records of one step: n fresh records drawn from the step's key (and the
+    corpus's --data-seed), any record equal to a test record replaced by a further draw (the
+    authors' CustomIterDataset.generate, experiment_stream.py:186-191). Returns (tokens, mask)."""
+    name, S = corpus.info["task"], corpus.info["seq_len"]
+    test = np.asarray(corpus.val).reshape(-1, S)
+    base = [int(k) for k in key] + [int(corpus.info["data_seed"]), 2]
+    tokens, mask = generate_stream(name, n, base)
+    fresh, draw = drop_seen(tokens, test), 0
+    while not fresh.all():                 # rare: a draw that is one of the 4,000 test records
+        draw += 1
+        more, more_mask = generate_stream(name, n, base + [draw])
+        ok = drop_seen(more, test)
+        take = np.flatnonzero(~fresh)[:int(ok.sum())]
+        tokens[take], mask[take] = more[ok][:len(take)], more_mask[ok][:len(take)]
+        fresh[take] = True
+    return tokens, mask
+
+
+def decode_stream(name, ids):
+    """Token ids of stream:NAME -> text: '12345+54321=66666$', 'k3 v17 k8 v2 ? k3 v17'."""
+    out = []
+    for i in np.asarray(ids).reshape(-1).tolist():
+        if name == "haystack":
+            out.append("_" if i == 0 else f"k{i - H_HALF}" if H_HALF <= i < H_HALF + H_PAIRS else
+                       f"?k{i - H_HALF - H_PAIRS}" if i >= H_HALF + H_PAIRS else f"v{i}")
+        else:
+            op = ("*" if name == "multiplication" else "," if name == "sorting" else "+")
+            out.append(str(i) if i < 10 else str(i - A_DIGIT0) if A_DIGIT0 <= i < A_STOP else
+                       {A_OP: op, A_EQ: "=", A_PAD: "_", A_STOP: "$", A_COMMA: ","}.get(i, "?"))
+    return (" " if name == "haystack" else "").join(out)
+
+
+def load_stream(name, cache=None, seed=0, task_train=None, task_test=None, **_):
+    """Corpus for the stage stream:NAME. val = the fixed test set (task_test records, default
+    4,000) from --data-seed; train = the first task_train records (default 40,000) of the stream,
+    kept only as a sample (its unigram statistics, what a summary calls the training tokens):
+    the loop draws every training batch afresh through stream_records (info["stream"]).
+    Nothing is cached (`cache` unused)."""
+    a = AUTHORS[check_stream(name)]
+    n_test = int(task_test or TEST)
+    test, test_mask = generate_stream(name, n_test, (seed, 1))
+    corpus = Corpus(name=f"stream:{name}", vocab_size=a["vocab"], train=np.zeros(0, np.uint16), val=test.reshape(-1),
+                    decode=lambda ids: decode_stream(name, ids), val_mask=test_mask.reshape(-1),
+                    info=dict(seq_len=a["seq_len"], task=name, layout="authors", stream=True, data_seed=int(seed),
+                              task_id=a["task_id"], tokenizer=f"authors-{name}-{a['vocab']}", test_records=n_test,
+                              source="generated as the authors' task files, arXiv 2601.21725 diagnostics"))
+    sample, sample_mask = stream_records(corpus, [int(seed), 3], int(task_train or TRAIN))
+    corpus.train, corpus.train_mask = sample.reshape(-1), sample_mask.reshape(-1)
+    return corpus

@@ -233,15 +233,20 @@ def test_bad_spec_lists_kinds():
 
 def test_help_names_what_each_prefix_takes():
     """train.py --help lists the stages from data.describe(): a procedural stage takes a KIND, a
-    task stage a NAME; only text: takes a PATH."""
+    task or stream stage a NAME; only text: takes a PATH."""
     import data
+    from data import tasks
     lines = data.describe()
     heads = [l.split()[0] for l in lines]
-    assert {"text:PATH", "procedural:KIND", "task:NAME"} <= set(heads)
-    assert not {"procedural:PATH", "task:PATH"} & set(heads)
+    assert {"text:PATH", "procedural:KIND", "task:NAME", "stream:NAME"} <= set(heads)
+    assert not {"procedural:PATH", "task:PATH", "stream:PATH"} & set(heads)
     assert all(k in lines[heads.index("procedural:KIND")] for k in P.KINDS)
-    with pytest.raises(ValueError, match="procedural:KIND, task:NAME"):
+    assert all(k in lines[heads.index("stream:NAME")] for k in tasks.AUTHORS)
+    with pytest.raises(ValueError, match="procedural:KIND, task:NAME, stream:NAME"):
         data.check_name("nonsense")
+    data.check_name("stream:haystack")
+    with pytest.raises(ValueError, match="stage 'stream:haystak'.*valid tasks: haystack"):
+        data.check_name("stream:haystak")
 
 
 def test_loader_corpus(capsys):
