@@ -2,12 +2,34 @@
 Procedural pre-training: the diagnostic table, the additive and substitutive regimes, weight merging.
 Jiang, Shinnick et al., arXiv 2601.21725: a warm-up on algorithmic data helps (Dyck lifts HAYSTACK 10% -> 98%).
 
-The paper's experiments (its diagnostic table, semantic regimes and merges) at CPU scale, every run through train.run:
-    python experiments/procedural.py --quick          # a few minutes: a smoke version of every part
-    python experiments/procedural.py                  # the default sweep (sized below)
+Two presets, every run through train.run:
+    python experiments/procedural.py --quick          # a few minutes: a smoke version of the default
+    python experiments/procedural.py                  # the default: --preset authors (sized below)
+    python experiments/procedural.py --preset table   # the earlier default (below), --quick too
     python experiments/procedural.py --report-only    # rebuild report.md/json and PNGs from finished runs
     python experiments/procedural.py --report-only --out experiments/results/procedural   # from report.json alone
 
+--preset authors (default): the diagnostics as the authors run them (experiments/lib/procedural_authors.py
+says each setting, its source line in their code and each difference): stream:NAME tasks (their token
+layout and loss, a fresh stream of records per step that never yields one of the 4,000 test records),
+their model per task (HAYSTACK: 2 layers, 4 heads, d = 16, untied head), batch 1,000, AdamW lr 1e-3,
+500 warm-up steps, cosine, weight decay 0.001, their budget of 10,000 steps x 1,000 = 10,000,000
+records seen; the pre-training (their yaml, on the same architecture) transferred whole with mean
+embedding rows. The default is HAYSTACK with no pre-training / Dyck / shuffled Dyck (conditions none,
+dyck, dyck-shuffled), 3 seeds, evaluated every 500,000 records (the accuracy curve), and the
+records needed to reach 50% and 90%: 6 pre-training runs (501 steps x 512 rows of 128 tokens,
+32.8M tokens, ~5 min each) and 9 diagnostic runs of 620M tokens each. The rest of the authors'
+table is behind flags: e.g. --kinds dyck,eca110,set,union --controls dyck --tasks
+haystack,reversed_addition,sorting --transfers full,attn,mlp --split-kinds dyck,set --merges dyck/set
+(multiplication trains their 4-layer d = 512 model at batch 64, 156,250 steps: give --records to
+shorten it). Time: the lead measured ~195k tokens/s for this model at batch 1,000 (2026-12-01), so
+one diagnostic run is ~53 min of one process; here, 1 thread while another sweep held both cores,
+110-180k tokens/s (57-94 min). With --jobs 2 the default is about 9 x 53 / 2 + 6 x 5 / 2 ~ 4 h
+wall at that speed, ~1.5-2 h if the model runs 2-3x faster; --quick (30 steps a run, 1 seed, 5 runs)
+took 73 s here under that load.
+
+--preset table (the earlier default; its report is experiments/results/procedural until the
+default's results replace it):
 (a) the diagnostic table: rows = no pre-training / each procedural kind / each kind shuffled,
     columns = exact-answer accuracy on each diagnostic task (data/tasks.py), for the transfer
     modes full / attention-only / MLP-only; the authors' diagnostic model (2 layers, 4 heads, d=16).
@@ -50,7 +72,7 @@ Our choices (each a flag; the paper's where we could afford them):
   warm-up so that the validation losses at 25/50/75/100% of one run are the losses of shorter
   budgets; transfer attn,mlp,norm (the authors' semantic setting), fresh embeddings.
 
-Default sweep: kinds dyck, eca110, set, union, stack and their shuffled controls (+ none) x all 5
+Table sweep: kinds dyck, eca110, set, union, stack and their shuffled controls (+ none) x all 5
 tasks x full transfer, attn/mlp for dyck and set, 2 seeds; merge dyck-attention + set-MLP; Dyck
 at 500/1500/4500 steps for HAYSTACK and for the semantic warm-up of prose, code and math, with
 attn/mlp at 1500: 24 pre-training runs, 164 diagnostic runs, 36 semantic runs.
@@ -59,14 +81,15 @@ Time (measured 2026-11-30 on the shared 2-core AMD EPYC while other users' jobs 
 single 1-thread runs, which is about the wall time of one of two jobs on 2 quiet cores): a 1500-step
 Dyck pre-training run 75 s; the diagnostics 10-30 s each (addition 10.5, multiplication ~15,
 reversed addition ~17, sorting 22, haystack 30: ~94 s for the five); a semantic run 52 s. So the
-default is ~1,940 s of pre-training + ~3,130 s of diagnostics + ~1,870 s of semantic runs + ~1.5
+table sweep is ~1,940 s of pre-training + ~3,130 s of diagnostics + ~1,870 s of semantic runs + ~1.5
 min of analysis (each task checkpoint re-scored) = ~6,950 CPU-s: about 58 minutes with --jobs 2
 (wall times under the shared load were 2-3x longer; quiet cores may well beat the estimate).
---quick (32 runs) took 1.5-3 min here under load, 30 s on 2 quiet cores. Measured default
+--quick (32 runs) took 1.5-3 min here under load, 30 s on 2 quiet cores. Measured table sweep
 (2026-11-30, 2 quiet cores): 224 runs, 106.4 min of training summed, 54 min wall.
 """
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -86,22 +109,49 @@ def csv(s):
     return [x.strip() for x in s.split(",") if x.strip() and x.strip() != "none"]
 
 
+TABLE_ONLY = ("task_steps", "n_layer", "n_head", "n_embd", "context", "batch_size", "lr", "eval_iters", "task_train",
+              "full_groups", "size_tasks", "domains", "prose_stage", "code_stage", "math_stage", "sem_kind",
+              "additive_steps", "sem_transfers", "sem_steps", "sem_batch", "sem_block", "sem_lr", "sem_evals",
+              "sem_eval_iters")
+AUTHORS_ONLY = ("records", "eval_records", "pretrain_rows", "pretrain_lr", "dyck_length")
+
+
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_sweep_args(p, "out/procedural")
-    g = p.add_argument_group("(a) the diagnostic table")
+    p.add_argument("--preset", default="authors", choices=("authors", "table"),
+                   help="authors (default): the diagnostics at the authors' settings and budget; table: the earlier "
+                        "default, the whole table at 1,500 steps x 32, the semantic regimes and the merge")
+    g = p.add_argument_group("(a) the diagnostic table (both presets; defaults: authors / table / quick)")
     g.add_argument("--kinds", default=None, help="procedural kinds pre-trained on, comma-separated "
-                   "(default dyck,eca110,set,union,stack; quick dyck,set); 'none' for no pre-training rows")
+                   "(default dyck / dyck,eca110,set,union,stack / dyck or dyck,set); 'none' for no pre-training rows")
     g.add_argument("--controls", default=None, help="kinds whose shuffled control is a row too (default: every "
                    "kind of --kinds; quick dyck; 'none' for no controls)")
     g.add_argument("--tasks", default=None,
-                   help=f"diagnostic tasks (default all: {','.join(TASKS)}; quick haystack,sorting)")
-    g.add_argument("--transfers", default=None, help="transfer modes: full, attn, mlp (default all three; quick full,attn)")
+                   help=f"diagnostic tasks (default haystack / all: {','.join(TASKS)}; quick haystack or haystack,sorting)")
+    g.add_argument("--transfers", default=None, help="transfer modes: full, attn, mlp (default full / all three; "
+                   "quick full or full,attn)")
     g.add_argument("--split-kinds", default=None, help="kinds that also get the attn/mlp rows (default dyck,set; "
                    "quick dyck); 'all' = every kind and control")
-    g.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 of every run (default 2; quick 1)")
-    g.add_argument("--pretrain-steps", type=int, default=None, help="procedural pre-training steps (default 1500; quick 60)")
+    g.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 of every run (default 3 / 2; quick 1)")
+    g.add_argument("--pretrain-steps", type=int, default=None, help="procedural pre-training steps (default: the "
+                   "authors' yaml per kind, Dyck 501, the sequence kinds 2,501 / 1500; quick 20 / 60)")
+    g.add_argument("--task-test", type=int, default=None, help="test records per task (default 4000 / 1000; quick "
+                   "1000 / 200)")
+    g.add_argument("--data-seed", type=int, default=0, help="procedural and task data (fixed across --seeds)")
+    g = p.add_argument_group("the authors' preset")
+    g.add_argument("--records", type=int, default=None, help="records seen per diagnostic run (default 10,000,000: "
+                   "their 250 x 40,000, i.e. 10,000 steps of 1,000; quick 30,000)")
+    g.add_argument("--eval-records", type=int, default=None, help="records between evaluations, the points of the "
+                   "accuracy curve (default 500,000: every 500 steps of 1,000; quick 10,000)")
+    g.add_argument("--pretrain-rows", type=int, default=None, help="pre-training rows per step (default: the "
+                   "authors' yaml, Dyck 32 x 2,048 tokens = 512 rows of --dyck-length 128; quick 32)")
+    g.add_argument("--pretrain-lr", type=float, default=None, help="pre-training lr, constant (default 3e-3 for "
+                   "the small model; the authors' yaml: 5e-4 for 12_12_768)")
+    g.add_argument("--dyck-length", type=int, default=None, help="tokens per Dyck row (default 128; the authors' "
+                   "yaml: 2,048); its context must hold the task's (haystack: 100 positions)")
+    g = p.add_argument_group("the table preset")
     g.add_argument("--task-steps", type=int, default=None, help="steps per diagnostic run (default 1500; quick 60)")
     g.add_argument("--n-layer", type=int, default=2, help="layers of every model (default 2, the authors' diagnostic model)")
     g.add_argument("--n-head", type=int, default=4, help="attention heads (default 4)")
@@ -111,19 +161,17 @@ def parse_args(argv=None):
     g.add_argument("--batch-size", type=int, default=None,
                    help="rows per step, pre-training and tasks (default 32; quick 16)")
     g.add_argument("--lr", type=float, default=1e-2, help="peak lr of pre-training and task runs (default 1e-2)")
-    g.add_argument("--task-test", type=int, default=None, help="test records per task (default 1000; quick 200)")
     g.add_argument("--eval-iters", type=int, default=10, help="batches per loss evaluation of pre-training and task "
                    "runs (default 10; task accuracy always covers the whole test split)")
     g.add_argument("--task-train", type=int, default=40_000, help="training records per task (default 40,000, the authors')")
     g.add_argument("--full-groups", default="attn,mlp,norm,pos",
                    help="what 'full' transfer copies (default attn,mlp,norm,pos: the authors' 'everything')")
-    g.add_argument("--data-seed", type=int, default=0, help="procedural and task data (fixed across --seeds)")
     g.add_argument("--size-tasks", default=None, help="tasks also trained from the --sem-kind model at every "
                    "--additive-steps size, full transfer (default haystack: does more Dyck pre-training lift it?; 'none')")
-    g = p.add_argument_group("(c) weight merging")
+    g = p.add_argument_group("(c) weight merging (both presets)")
     g.add_argument("--merges", default=None, help="ATTN_KIND/MLP_KIND pairs, comma-separated: attention (and norms, "
-                   "positions) from the first kind's model, MLP from the second's (default dyck/set; 'none')")
-    g = p.add_argument_group("(b) semantic domains: the additive and substitutive regimes")
+                   "positions) from the first kind's model, MLP from the second's (default none / dyck/set; 'none')")
+    g = p.add_argument_group("(b) semantic domains, the table preset: the additive and substitutive regimes")
     g.add_argument("--domains", default=None, help="semantic domains (default prose,code,math; 'none' to skip)")
     g.add_argument("--prose-stage", default="prose", help="the stage of the prose domain (default prose)")
     g.add_argument("--code-stage", default="code", help="the stage of the code domain (default code)")
@@ -142,6 +190,43 @@ def parse_args(argv=None):
     g.add_argument("--sem-evals", type=int, default=4, help="evaluations per semantic run, at k/N of its budget (default 4)")
     g.add_argument("--sem-eval-iters", type=int, default=None, help="batches per semantic evaluation (default 20; quick 4)")
     a = p.parse_args(argv)
+    other, name = (TABLE_ONLY, "table") if a.preset == "authors" else (AUTHORS_ONLY, "authors")
+    given = [k for k in other if getattr(a, k) != p.get_default(k)]
+    if given:
+        raise UserError(f"--{given[0].replace('_', '-')} is a flag of the {name} preset; add --preset {name} or "
+                        "leave it out")
+    return table_defaults(a) if a.preset == "table" else authors_defaults(a)
+
+
+def authors_defaults(a):
+    """The authors' preset: its defaults filled, the table preset's flags dropped, checked."""
+    from experiments.lib import procedural_authors as pa
+    q = a.quick
+    d = lambda v, full, quick: v if v is not None else (quick if q else full)
+    a.kinds = csv(d(a.kinds, "dyck", "dyck"))
+    a.controls = csv(d(a.controls, ",".join(a.kinds), "dyck"))
+    a.tasks = csv(d(a.tasks, "haystack", "haystack"))
+    a.transfers = csv(d(a.transfers, "full", "full"))
+    row_names = a.kinds + [k + SHUFFLED for k in a.controls]
+    a.split_kinds = ([k for k in ("dyck", "set") if k in row_names] if a.split_kinds is None else
+                     row_names if a.split_kinds == "all" else csv(a.split_kinds))
+    a.seeds = d(a.seeds, 3, 1)
+    a.records = d(a.records, pa.RECORDS, 30_000)
+    a.eval_records = d(a.eval_records, 500_000, 10_000)
+    a.task_test = d(a.task_test, 4000, 1000)
+    a.pretrain_steps = d(a.pretrain_steps, None, 20)
+    a.pretrain_rows = d(a.pretrain_rows, None, 32)
+    a.dyck_length = d(a.dyck_length, pa.DYCK_LENGTH, pa.DYCK_LENGTH)
+    a.merges = [tuple(m.split("/")) for m in csv(d(a.merges, "none", "none"))]
+    a.out = Path(a.out or ("out/procedural-quick" if q else "out/procedural"))
+    for k in TABLE_ONLY:
+        delattr(a, k)
+    check_authors(a)
+    return a
+
+
+def table_defaults(a):
+    """The table preset (the earlier default): its defaults filled, the authors' flags dropped, checked."""
     q = a.quick
     d = lambda v, full, quick: v if v is not None else (quick if q else full)
     a.kinds = csv(d(a.kinds, "dyck,eca110,set,union,stack", "dyck,set"))
@@ -167,20 +252,41 @@ def parse_args(argv=None):
     a.sem_batch = d(a.sem_batch, 16, 4)
     a.sem_eval_iters = d(a.sem_eval_iters, 20, 4)
     a.size_tasks = [t for t in csv(d(a.size_tasks, "haystack", "haystack")) if t in a.tasks] if "full" in a.transfers else []
-    a.out = Path(a.out or ("out/procedural-quick" if q else "out/procedural"))
+    a.out = Path(a.out or ("out/procedural-table-quick" if q else "out/procedural-table"))
+    for k in AUTHORS_ONLY:
+        delattr(a, k)
     check(a)
     return a
 
 
-def check(a):
+def check_authors(a):
     from data import procedural
-    for k in a.kinds + a.controls + [a.sem_kind] + [k for m in a.merges for k in m]:
+    from experiments.lib import procedural_authors as pa
+    for k in a.kinds + a.controls + [k for m in a.merges for k in m]:
         if k not in procedural.KINDS:
             raise UserError(f"unknown procedural kind {k!r}; valid kinds: {', '.join(procedural.KINDS)}")
     for t in a.tasks:
-        if t not in TASKS:
-            raise UserError(f"unknown task {t!r}; valid tasks: {', '.join(TASKS)}")
-    for t in a.transfers + a.sem_transfers:
+        if t not in pa.TASKS:
+            raise UserError(f"unknown task {t!r}; valid tasks: {', '.join(pa.TASKS)}")
+    check_rows(a)
+    for name in ("seeds", "records", "eval_records", "task_test", "pretrain_steps", "pretrain_rows", "dyck_length"):
+        v = getattr(a, name)
+        if v is not None and v <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, got {v}")
+    if a.pretrain_lr is not None and a.pretrain_lr <= 0:
+        raise UserError(f"--pretrain-lr must be positive, got {a.pretrain_lr}")
+    dyck_rows = [k for k in pa.rows(a)[1:] if k.startswith("dyck")] + [k for m in a.merges for k in m if "dyck" in k]
+    if dyck_rows and a.dyck_length % 2:
+        raise UserError(f"--dyck-length must be even (a balanced Dyck row), got {a.dyck_length}")
+    widest = max(pa.TASKS[t]["context"] for t in a.tasks)
+    if dyck_rows and {"full"} & set(a.transfers) and a.dyck_length - 1 < widest:
+        raise UserError(f"--dyck-length {a.dyck_length} gives a context of {a.dyck_length - 1} positions, fewer than "
+                        f"the {widest} of the task model: full transfer copies the positions; give at least {widest + 1}")
+
+
+def check_rows(a):
+    """What both presets check of the table's rows, transfer modes and merges."""
+    for t in a.transfers:
         if t not in ("full", "attn", "mlp"):
             raise UserError(f"unknown transfer mode {t!r}; choose from full, attn, mlp")
     for m in a.merges:
@@ -194,6 +300,20 @@ def check(a):
     for k in a.split_kinds:
         if k not in a.kinds and k not in [c + SHUFFLED for c in a.controls]:
             raise UserError(f"--split-kinds {k!r} is not a row (--kinds, or a control of --controls)")
+
+
+def check(a):
+    from data import procedural
+    for k in a.kinds + a.controls + [a.sem_kind] + [k for m in a.merges for k in m]:
+        if k not in procedural.KINDS:
+            raise UserError(f"unknown procedural kind {k!r}; valid kinds: {', '.join(procedural.KINDS)}")
+    for t in a.tasks:
+        if t not in TASKS:
+            raise UserError(f"unknown task {t!r}; valid tasks: {', '.join(TASKS)}")
+    for t in a.sem_transfers:
+        if t not in ("full", "attn", "mlp"):
+            raise UserError(f"unknown transfer mode {t!r}; choose from full, attn, mlp")
+    check_rows(a)
     for d in a.domains:
         if d not in ("prose", "code", "math"):
             raise UserError(f"unknown domain {d!r}; choose from prose, code, math (their stages: --prose-stage ...)")
@@ -206,186 +326,43 @@ def check(a):
             raise UserError(f"--{name} must be positive, got {v}")
 
 
-# ---------------------------------------------------------------------------------------------
-# the runs: names, folders and train.py flags
-
-def Run(name, folder, argv, meta):
-    """A common.Run whose flags are strings (train.parse_args takes nothing else)."""
-    return common.Run(name, folder, [str(x) for x in argv], meta)
-
-
-def model_flags(a):
-    return ["--n-layer", a.n_layer, "--n-head", a.n_head, "--n-embd", a.n_embd]
-
-
-def rows(a):
-    """The diagnostic table's rows: none, each kind, each control."""
-    return ["none"] + a.kinds + [k + SHUFFLED for k in a.controls]
-
-
-def pre_name(row, steps, seed):
-    return f"pre-{row}-P{steps}-s{seed}"
-
-
-def pre_ckpt(a, row, steps, seed):
-    from checkpoint import stage_file
-    return stage_file(a.out / "runs" / pre_name(row, steps, seed), 0, f"procedural:{row}")
-
-
-def merge_label(m):
-    return f"attn-{m[0]}+mlp-{m[1]}"
-
-
-def merge_ckpt(a, m, seed):
-    return a.out / "merges" / f"{merge_label(m)}-P{a.pretrain_steps}-s{seed}.pt"
-
-
-def pretrain_runs(a):
-    """One procedural run per (row, size, seed): every row of the table at --pretrain-steps, the
-    semantic kind also at each --additive-steps size."""
-    wanted = [(r, a.pretrain_steps) for r in rows(a)[1:]]
-    if a.domains or a.size_tasks:
-        wanted += [(a.sem_kind, s) for s in a.additive_steps]
-    runs = []
-    for seed in range(a.seeds):
-        for row, steps in dict.fromkeys(wanted):
-            argv = ["--stages", f"procedural:{row}", *model_flags(a), "--block-size", a.context,
-                    "--batch-size", a.batch_size, "--iters", steps, "--lr", a.lr,
-                    "--procedural-sequences", max(1000, steps * a.batch_size), "--data-seed", a.data_seed,
-                    "--seed", seed, "--eval-interval", steps, "--eval-iters", a.eval_iters,
-                    "--log-interval", max(1, steps // 20)]
-            runs.append(Run(pre_name(row, steps, seed), a.out / "runs" / pre_name(row, steps, seed), argv,
-                            dict(part="pretrain", row=row, steps=steps, seed=seed)))
-    return runs
-
-
-def transfer_flags(a, mode):
-    """The authors' transfer modes (downstream/utils.py): 'everything' copies all but the token
-    embedding, whose rows become the mean of the pre-trained rows; attn / ffn copy that group only."""
-    if mode == "full":
-        return ["--transfer", a.full_groups, "--embed-init", "mean"]
-    return ["--transfer", mode, "--embed-init", "random"]
-
-
-def task_runs(a):
-    """(baselines, transferred): every diagnostic run. Row 'none' has one run per task and seed;
-    every other row one per transfer mode that applies to it; each merge is used with full
-    transfer; the --size-tasks also start from the --sem-kind model of every --additive-steps size."""
-    base, warm = [], []
-    for seed in range(a.seeds):
-        for task in a.tasks:
-            def run(row, mode, init, steps):
-                name = f"task-{task}-{row}-{mode}-s{seed}"
-                argv = ["--stages", f"task:{task}", *model_flags(a), "--block-size", a.context,
-                        "--batch-size", a.batch_size, "--iters", a.task_steps, "--lr", a.lr,
-                        "--task-test", a.task_test, "--task-train", a.task_train, "--data-seed", a.data_seed,
-                        "--seed", seed,
-                        "--eval-interval", a.task_steps, "--eval-iters", a.eval_iters,
-                        "--log-interval", max(1, a.task_steps // 20)]
-                if init:
-                    argv += ["--init-from", init, *transfer_flags(a, mode)]
-                meta = dict(part="task", task=task, row=row, transfer=mode, seed=seed, steps=steps)
-                return Run(name, a.out / "runs" / name, argv, meta)
-            base.append(run("none", "none", None, 0))
-            for row in rows(a)[1:]:
-                for mode in a.transfers:
-                    if mode == "full" or row in a.split_kinds:
-                        warm.append(run(row, mode, pre_ckpt(a, row, a.pretrain_steps, seed), a.pretrain_steps))
-            for m in a.merges:
-                warm.append(run(merge_label(m), "full", merge_ckpt(a, m, seed), a.pretrain_steps))
-            if task in a.size_tasks:
-                for steps in a.additive_steps:
-                    if steps != a.pretrain_steps or a.sem_kind not in a.kinds:  # else the table's row is it
-                        warm.append(run(f"{a.sem_kind}-P{steps}", "full", pre_ckpt(a, a.sem_kind, steps, seed), steps))
-    return base, warm
-
-
-def sem_stage(a, domain):
-    return {"prose": a.prose_stage, "code": a.code_stage, "math": a.math_stage}[domain]
-
-
-def semantic_runs(a):
-    """(baselines, warmed): per domain and seed, the baseline; the semantic kind's warm-up at every
-    additive size with full transfer, and at --pretrain-steps with each --sem-transfers mode."""
-    base, warm = [], []
-    unique = a.sem_steps * a.sem_batch * a.sem_block
-    for seed in range(a.seeds):
-        for domain in a.domains:
-            def run(cond, init, groups, **meta):
-                name = f"sem-{domain}-{cond}-s{seed}"
-                argv = ["--stages", sem_stage(a, domain), *model_flags(a), "--block-size", a.sem_block,
-                        "--batch-size", a.sem_batch, "--iters", a.sem_steps, "--unique-tokens", unique,
-                        "--lr", a.sem_lr, "--schedule", "constant", "--seed", seed,
-                        "--eval-interval", a.sem_steps // a.sem_evals, "--eval-iters", a.sem_eval_iters,
-                        "--log-interval", max(1, a.sem_steps // 20)]
-                if init:
-                    argv += ["--init-from", init, "--transfer", groups, "--embed-init", "random"]
-                return Run(name, a.out / "runs" / name, argv, dict(part="semantic", domain=domain, seed=seed, **meta))
-            base.append(run("base", None, None, kind="none", steps=0, transfer="none"))
-            conds = {(s, "full") for s in a.additive_steps} | {(a.pretrain_steps, t) for t in a.sem_transfers}
-            for steps, mode in sorted(conds):
-                groups = "attn,mlp,norm" if mode == "full" else mode
-                warm.append(run(f"{a.sem_kind}-P{steps}-{mode}", pre_ckpt(a, a.sem_kind, steps, seed), groups,
-                                kind=a.sem_kind, steps=steps, transfer=mode))
-    return base, warm
-
-
-def all_runs(a):
-    tb, tw = task_runs(a)
-    sb, sw = semantic_runs(a)
-    return pretrain_runs(a), sb + tb, sw + tw  # the longest runs first in each wave
-
-
-def make_merges(a):
-    """The merged checkpoints of (c): attention, norms and positions from the first kind's model
-    (the base), MLP from the second's (transfer.merge_checkpoints), one per seed."""
-    import transfer
-    from checkpoint import save_checkpoint
-    for m in a.merges:
-        for seed in range(a.seeds):
-            path = merge_ckpt(a, m, seed)
-            sources = [pre_ckpt(a, k, a.pretrain_steps, seed) for k in m]
-            if not path.exists() and all(p.exists() for p in sources):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                ck = transfer.merge_checkpoints({"attn": sources[0], "mlp": sources[1]})
-                save_checkpoint(path, ck)
-                print(f"merged {path.name}: attention, norms, positions from {m[0]}, MLP from {m[1]}")
-
-
-def run_all(a):
-    pre, base, warm = all_runs(a)
-    print(f"{len(pre)} pre-training runs, {len(base)} baselines, {len(warm)} runs from a pre-trained or merged model")
-    # wave 1: the longest runs first, so the two workers finish together
-    trained = len(common.run_sweep(sorted(pre, key=lambda r: -r.meta["steps"]) + base, jobs=a.jobs,
-                                   threads=a.threads))
-    make_merges(a)
-    init = lambda r: Path(r.argv[r.argv.index("--init-from") + 1])
-    missing = [r.name for r in warm if not init(r).exists()]
-    if missing:  # a pre-training run diverged (its diverged.json says why): its dependants cannot run
-        print(f"skipped {len(missing)} run(s) whose pre-trained checkpoint does not exist: {', '.join(missing)}")
-    trained += len(common.run_sweep([r for r in warm if init(r).exists()], jobs=a.jobs, threads=a.threads))  # wave 2
-    return trained
-
-
 def main(argv=None):
     from experiments.lib import procedural_report as report
+    from experiments.lib import procedural_authors_report as authors_report
+    from experiments.lib import procedural_table as table
     a = parse_args(argv)
     t0 = time.time()
     if a.report_only and report.stored_only(a.out):  # a copy of a report without its run folders
         print(f"no run folders in {a.out}: rebuilding from its report.json (the flags it was made with)")
-        text = report.rebuild(a.out)
+        preset = json.loads((a.out / "report.json").read_text())["settings"].get("preset", "table")
+        text = (authors_report if preset == "authors" else report).rebuild(a.out)
+    elif a.preset == "authors":
+        text = authors_main(a, argv, authors_report)
     else:
         a.out.mkdir(parents=True, exist_ok=True)
         if a.report_only:
             provenance = common.kept_provenance(a.out)
         else:
             prov = common.Provenance(a.out, argv)
-            provenance = prov.finish(runs_trained=run_all(a))
-        pre, base, warm = all_runs(a)
+            provenance = prov.finish(runs_trained=table.run_all(a))
+        pre, base, warm = table.all_runs(a)
         runs = pre + base + warm
         text = report.render(a, report.collect(a, runs), len(runs), a.out, provenance)
     print("\n" + text)
     print(f"\nwrote {a.out / 'report.md'}, report.json and the PNGs ({time.time() - t0:.0f} s in all)")
+
+
+def authors_main(a, argv, authors_report):
+    """The authors' preset: train what is not finished, then report.md/json and the PNGs."""
+    from experiments.lib import procedural_authors as pa
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.report_only:
+        provenance = common.kept_provenance(a.out)
+    else:
+        provenance = common.Provenance(a.out, argv).finish(runs_trained=pa.run_all(a))
+    pre, base, warm = pa.plan(a)
+    runs = pre + base + warm
+    return authors_report.render(a, authors_report.collect(a, runs), len(runs), a.out, provenance)
 
 
 if __name__ == "__main__":

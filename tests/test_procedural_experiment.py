@@ -1,5 +1,6 @@
-"""experiments/procedural.py end to end at toy size (arXiv 2601.21725): every part runs, the
-report has its shape, and its statistics follow from the runs' own files."""
+"""experiments/procedural.py end to end at toy size (arXiv 2601.21725), both presets: every part
+runs, the report has its shape, its statistics follow from the runs' own files, and the default
+(the authors' preset) is planned at the authors' settings and budget."""
 import json
 import statistics
 import subprocess
@@ -10,13 +11,17 @@ import pytest
 
 from experiments.lib import common
 from experiments import procedural as P
+from experiments.lib import procedural_authors as PA
+from experiments.lib import procedural_authors_report as AR
 from experiments.lib import procedural_report as R
+from experiments.lib import procedural_table as PT
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_argv(out, text_dir):
-    return ["--out", str(out), "--jobs", "1", "--threads", "1", "--seeds", "2", "--kinds", "dyck,set", "--controls", "dyck",
+    return ["--preset", "table", "--out", str(out), "--jobs", "1", "--threads", "1", "--seeds", "2", "--kinds", "dyck,set",
+            "--controls", "dyck",
             "--tasks", "haystack", "--transfers", "full,attn,mlp", "--split-kinds", "dyck", "--eval-iters", "2",
             "--merges", "dyck/set", "--pretrain-steps", "4", "--task-steps", "4", "--batch-size", "4",
             "--task-test", "40", "--task-train", "400", "--domains", "prose",
@@ -42,7 +47,7 @@ def done(tmp_path_factory):
 def test_every_run_finished_and_every_file_written(done):
     argv, out, rep = done
     a = P.parse_args(argv)
-    pre, base, warm = P.all_runs(a)
+    pre, base, warm = PT.all_runs(a)
     # 2 seeds x (dyck, set, dyck-shuffled at P4 + dyck at P2); 2 seeds x (none, 3 full, dyck attn/mlp, merge,
     # dyck-P2) on haystack; 2 seeds x (base, P2 full, P4 full/attn/mlp) on prose
     assert (len(pre), len(base) + len(warm)) == (8, 2 * 8 + 2 * 5)
@@ -172,7 +177,13 @@ def test_rerun_skips_finished_runs_and_rebuilds_the_same_report(done, monkeypatc
     (["--kinds", "dyck,bogus"], "unknown procedural kind 'bogus'"),
     (["--tasks", "haystack,poems"], "unknown task 'poems'"),
     (["--merges", "dyck/eca110", "--kinds", "dyck"], "not pre-trained"),
-    (["--sem-steps", "10", "--sem-evals", "4"], "multiple of --sem-evals"),
+    (["--preset", "table", "--sem-steps", "10", "--sem-evals", "4"], "multiple of --sem-evals"),
+    (["--sem-steps", "10"], "--sem-steps is a flag of the table preset; add --preset table"),
+    (["--preset", "table", "--records", "10"], "--records is a flag of the authors preset"),
+    (["--dyck-length", "64"], "fewer than the 100 of the task model"),
+    (["--dyck-length", "129"], "must be even"),
+    (["--tasks", "haystack,poems"], "unknown task 'poems'"),
+    (["--records", "0"], "--records must be positive"),
 ])
 def test_user_errors_are_one_line(flags, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
@@ -186,3 +197,98 @@ def test_the_script_runs_as_a_command(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "experiments" / "procedural.py"), "--kinds", "nope"],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: unknown procedural kind 'nope'")
+
+
+# ---------------------------------------------------------------------------------------------
+# the authors' preset (the default)
+
+def test_the_default_is_planned_at_the_authors_settings_and_budget(tmp_path):
+    """No training: the default's runs carry the authors' diagnostic settings (experiment_stream.py)
+    and the pre-training of procedural_authors, 3 seeds of none / dyck / dyck-shuffled on HAYSTACK."""
+    import train
+    a = P.parse_args(["--out", str(tmp_path / "o")])
+    pre, base, warm = PA.plan(a)
+    assert (len(pre), len(base), len(warm)) == (6, 3, 6)
+    assert sorted({(r.meta["condition"], r.meta["transfer"]) for r in base + warm}) == [
+        ("dyck", "full"), ("dyck-shuffled", "full"), ("none", "none")]
+    assert {r.meta["seed"] for r in base + warm} == {0, 1, 2}
+    for r in base + warm:
+        t = train.parse_args(r.argv + ["--out", str(tmp_path / "x")])
+        assert (t.stages, t.n_layer, t.n_head, t.n_embd, t.block_size, t.no_tie, t.dropout) == (
+            "stream:haystack", 2, 4, 16, 100, True, 0.0)
+        assert (t.batch_size, t.iters, t.lr, t.min_lr, t.warmup_iters, t.schedule, t.weight_decay, t.beta2) == (
+            1000, 10_000, 1e-3, 0.0, 500, "cosine", 0.001, 0.999)
+        assert t.batch_size * t.iters >= 10_000_000 and t.eval_interval == 500 and t.task_test == 4000
+        if r in warm:
+            assert (t.transfer, t.embed_init) == ("full", "mean") and t.init_from == r.meta["init"]
+            assert Path(r.meta["init"]).parent.name == PA.pre_name(r.meta["condition"], "haystack", r.meta["seed"])
+    for r in pre:
+        t = train.parse_args(r.argv + ["--out", str(tmp_path / "x")])
+        assert (t.iters, t.batch_size, t.block_size, t.lr, t.schedule, t.warmup_iters, t.weight_decay) == (
+            501, 512, 127, 3e-3, "constant", 0, 0.1)
+        assert t.iters * t.batch_size * (t.block_size + 1) == 501 * 32 * 2048   # the authors' Dyck tokens
+        assert t.procedural_sequences == 501 * 512 and not t.no_tie and t.dropout == 0.0
+
+
+def authors_argv(out):
+    return ["--out", str(out), "--jobs", "1", "--threads", "1", "--seeds", "2", "--records", "2000",
+            "--eval-records", "1000", "--pretrain-steps", "2", "--pretrain-rows", "4", "--task-test", "100"]
+
+
+@pytest.fixture(scope="module")
+def authors_done(tmp_path_factory):
+    """One toy sweep of the default preset: none / dyck / dyck-shuffled on HAYSTACK, 2 seeds."""
+    tmp = tmp_path_factory.mktemp("procedural-authors")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PRELUDE_CACHE", str(tmp / "cache"))
+    argv = authors_argv(tmp / "out")
+    P.main(argv)
+    yield argv, tmp / "out", json.loads((tmp / "out" / "report.json").read_text())
+    mp.undo()
+
+
+def test_authors_runs_keep_their_curves_and_both_accuracies(authors_done):
+    argv, out, rep = authors_done
+    assert rep["n_runs"] == rep["n_planned"] == 4 + 6
+    assert set(rep) >= {"source", "regime", "figures", "verdicts", "provenance", "settings", "runs", "cells"}
+    assert rep["settings"]["preset"] == "authors" and all((out / f).stat().st_size > 0 for f in rep["figures"])
+    tasks = [r for r in rep["runs"] if r["part"] == "task"]
+    assert {r["condition"] for r in tasks} == {"none", "dyck", "dyck-shuffled"}
+    for r in tasks:
+        s = json.loads((out / "runs" / r["name"] / "summary.json").read_text())["stages"][0]
+        assert r["task"] == "haystack" and r["records_seen"] == s["iters"] * 1000 == 2000
+        assert r["curve"] == [[1000, pytest.approx(r["curve"][0][1])], [2000, s["accuracy"]]] and r["exact"] == s["accuracy"]
+        assert r["exact_recomputed"] == pytest.approx(r["exact"], abs=0.02)
+        assert r["token"] == pytest.approx(r["exact"], abs=0.02)    # haystack: one answer token
+    cell = rep["cells"]["haystack"]["dyck"]
+    none = rep["cells"]["haystack"]["none"]
+    c = rep["comparisons"]["haystack"]["vs_none"]["dyck"]["token"]
+    assert c["diff"] == pytest.approx(statistics.mean(cell["token"]) - statistics.mean(none["token"]))
+    assert c["n"] == [2, 2] and not c["clear"]                          # n = 2: never an effect
+    v = rep["verdicts"][0]
+    assert v["claim"] == "Dyck pre-training lifts HAYSTACK" and v["verdict"] == "no clear difference"
+    assert [x["verdict"] for x in rep["verdicts"][2:]] == ["not measured"] * 4
+    md = (out / "report.md").read_text()
+    for head in ("## The paper's claims beside ours", "### haystack (condattendstream_30", "## Pre-training",
+                 "## What differs from the authors, and why", "Provenance: commit"):
+        assert head in md, head
+
+
+def test_records_to_reads_the_curve():
+    curve = [[500, 0.2], [1000, 0.4], [1500, 0.8], [2000, 0.95]]
+    assert AR.records_to(curve, 0.5) == (pytest.approx(1125.0), "=")
+    assert AR.records_to(curve, 0.9) == (pytest.approx(1500 + 500 * 2 / 3), "=")
+    assert AR.records_to(curve, 0.1) == (500, "<=")
+    assert AR.records_to(curve, 0.99) == (2000, ">")
+    assert AR.to_compare([[1, "="]] * 3, [[2, ">"]] * 3) is None       # a run that never got there: no test
+
+
+def test_authors_report_rebuilds_from_its_json_alone(authors_done, tmp_path):
+    argv, out, rep = authors_done
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in ("report.md", "report.json"):
+        (copy / f).write_bytes((out / f).read_bytes())
+    P.main(["--report-only", "--out", str(copy)])
+    for f in ("report.md", "report.json"):
+        assert (copy / f).read_bytes() == (out / f).read_bytes(), f
