@@ -198,7 +198,8 @@ def build_model(args, corpus, objective, prev, device, master):
         if master:
             print(f"transfer {src_tok} -> {dst_tok}: copied {', '.join(report['groups'])} ({len(report['copied'])} "
                   f"tensors), fresh: {len(report['skipped'])} tensors"
-                  + ("; embedding rows = the previous rows' mean" if args.embed_init == "mean" and "embed" not in groups else "")
+                  + ("; embedding and head rows = the previous embedding rows' mean"
+                     if args.embed_init == "mean" and "embed" not in groups else "")
                   + (f"; frozen: {args.freeze}" if args.freeze else ""))
     return model, cfg, dtype
 
@@ -545,7 +546,9 @@ def run(args):
             last_eval = evaluate(S, args, env)
         summary = {"name": name, "vocab_size": S.corpus.vocab_size, "tokenizer": S.corpus.info.get("tokenizer"),
                    "objective": S.objective.name, "iters": iters, "tokens": iters * S.tokens_per_iter,
-                   "unique_tokens": len(S.corpus.train), "epochs": iters * S.tokens_per_iter / len(S.corpus.train),
+                   # a stream corpus draws fresh records every step: every token seen is a new one
+                   "unique_tokens": iters * S.tokens_per_iter if S.corpus.info.get("stream") else len(S.corpus.train),
+                   "epochs": 1.0 if S.corpus.info.get("stream") else iters * S.tokens_per_iter / len(S.corpus.train),
                    "train_loss": last_eval.get("train"), "val_loss": last_eval["val"],
                    "val_loss_kind": "nll bound" if S.objective.name == "mdlm" else "nll",
                    "best_val_loss": min(S.plateau["best"], last_eval["val"]),

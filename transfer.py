@@ -120,12 +120,14 @@ def _why(name, rows_only):
 
 @torch.no_grad()
 def mean_embedding_init(src_state, dst_model):
-    """Every row of the destination's token embedding <- the mean of the source's embedding
-    rows: the procedural authors' default for a new vocabulary (arXiv 2601.21725; their
-    downstream/utils.py). With a tied head the head rows are that mean too, so the first
-    prediction is uniform over the new vocabulary."""
+    """Every row of the destination's token embedding AND of its LM head <- the mean of the
+    source's embedding rows: the procedural authors' default for a new vocabulary (arXiv
+    2601.21725; their downstream/utils.py:132-140, "average", which sets wte and lm_head rows
+    alike). Tied or untied, the first prediction is then uniform over the new vocabulary."""
     mean = src_state["transformer.wte.weight"].float().mean(0)
-    dst_model.transformer.wte.weight.copy_(mean.expand_as(dst_model.transformer.wte.weight))
+    with torch.no_grad():
+        dst_model.transformer.wte.weight.copy_(mean.expand_as(dst_model.transformer.wte.weight))
+        dst_model.lm_head.weight.copy_(mean.expand_as(dst_model.lm_head.weight))  # (the same tensor when tied)
 
 
 def freeze(model, groups):

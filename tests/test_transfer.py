@@ -108,6 +108,11 @@ def test_mean_embedding_init_and_freeze():
     mean_embedding_init(src.state_dict(), dst)
     want = src.transformer.wte.weight.mean(0)
     assert torch.allclose(dst.transformer.wte.weight, want.expand(174, -1))
+    from model import GPT, GPTConfig  # untied, as the authors' diagnostics: the head's rows are the mean too
+    untied = GPT(GPTConfig(block_size=16, vocab_size=174, n_layer=1, n_head=2, n_embd=16, tie_weights=False))
+    mean_embedding_init(src.state_dict(), untied)
+    assert untied.lm_head.weight is not untied.transformer.wte.weight
+    assert torch.allclose(untied.lm_head.weight, want.expand(174, -1))
     freeze(dst, ("attn",))
     for name, p in dst.named_parameters():
         assert p.requires_grad == (group_of(name) != "attn"), name
