@@ -305,6 +305,29 @@ def gpt_loss(model, x, y, m):
     return model(x, y, m)[1]
 
 
+def head_path_calls(batch, threads):
+    """{name: (threads, fn)}: the part of the step that the row gather changes, alone: from a
+    fixed residual stream, the last norm, the head and the loss, forward and backward, over
+    every row (those that do not count ignored) and over the counted rows only."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    x, y, m = batch
+    with torch.no_grad():
+        stream = model.residual_stream(x).view(-1, TINY["n_embd"])
+    y, m = y.reshape(-1), None if m is None else m.reshape(-1)
+
+    def every_row():
+        h = stream.detach().requires_grad_()
+        t = y if m is None else y.masked_fill(m == 0, -1)
+        linear_cross_entropy(model.transformer.ln_f(h), model.lm_head.weight, t).backward()
+
+    def counted():
+        h = stream.detach().requires_grad_()
+        rows, t, _ = (h, y, None) if m is None else counted_rows(h, y, m)
+        linear_cross_entropy(model.transformer.ln_f(rows), model.lm_head.weight, t).backward()
+    return {"every row": (threads, every_row), "counted rows": (threads, counted)}
+
+
 @dataclass(frozen=True)
 class Tiny:
     """One way to run the tiny shape's training step."""
@@ -560,6 +583,10 @@ def _tiny(batch_size, rounds, mask, seeds, compile_, out):
     runs = {c.name: TinyRun(c, batch) for c in cands}
     kept = table.stage("candidates", Timings(calls(runs), rounds), info(runs), "baseline",
                        judged=list(runs)[1:], by_cpu=by_cpu)
+    head = Timings(head_path_calls(batch, threads), 3 * rounds)
+    every, counted = (head.best(n, by_cpu) * 1000 for n in ("every row", "counted rows"))
+    out(f"  the part the row gather changes, alone (last norm, head and loss, forward + backward): every row "
+        f"{every:.2f} ms, the counted rows {counted:.2f} ms ({head.ratio('every row', 'counted rows', by_cpu):.2f}x)")
 
     # 3. the kept candidates together, against the baseline; then the kept step, attention alone and the matmul
     changes = {k: True for n in kept for k in ("gather", "lean", "compile") if getattr(runs[n].cfg, k)}

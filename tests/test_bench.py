@@ -16,7 +16,8 @@ def test_tiny_mode_runs_and_prints_fraction_of_matmul_last(capsys):
     assert lines[-1].startswith("fraction_of_matmul=")
     assert float(lines[-1].split("=")[1]) > 0
     text = "\n".join(lines)
-    for stage in ("1. thread count", "2. each candidate alone", "3. the kept candidates", "4. 2 seeds"):
+    for stage in ("1. thread count", "2. each candidate alone", "the part the row gather changes, alone",
+                  "3. the kept candidates", "4. 2 seeds"):
         assert stage in text
     assert "76,416" in text                          # the FLOP count it states
 
