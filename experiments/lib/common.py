@@ -118,7 +118,9 @@ def _run_one(argv, folder, threads, quiet):
         sys.stdout, sys.stderr = old
         if log:
             log.close()
-    (folder / "ckpt.pt").unlink(missing_ok=True)  # only needed to resume; stage checkpoints stay
+    # only needed to resume: a run that ended (done or diverged) drops it; an interrupted one
+    # (an exception above) keeps it, so the next sweep continues from its last checkpoint
+    (folder / "ckpt.pt").unlink(missing_ok=True)
     return status, time.time() - t0
 
 
