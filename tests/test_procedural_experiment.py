@@ -146,8 +146,9 @@ def test_pretraining_records_keep_their_unigram_loss(done):
     assert "pre-training val loss (unigram)" in (out / "report.md").read_text()
 
 
-def test_a_copy_without_run_folders_rebuilds_the_same_report(done, tmp_path):
-    argv, out, rep = done
+def rebuilt_from_json_alone(out, tmp_path):
+    """A copy of OUT's report.md and report.json, without the run folders, rebuilt with
+    --report-only: the copy's folder, after asserting both files came back byte-identical."""
     copy = tmp_path / "copy"
     copy.mkdir()
     for f in ("report.md", "report.json"):
@@ -155,6 +156,12 @@ def test_a_copy_without_run_folders_rebuilds_the_same_report(done, tmp_path):
     P.main(["--report-only", "--out", str(copy)])
     for f in ("report.md", "report.json"):
         assert (copy / f).read_bytes() == (out / f).read_bytes(), f
+    return copy
+
+
+def test_a_copy_without_run_folders_rebuilds_the_same_report(done, tmp_path):
+    argv, out, rep = done
+    copy = rebuilt_from_json_alone(out, tmp_path)
     for f in R.FIGURES:
         assert (copy / f).stat().st_size > 0
 
@@ -285,10 +292,4 @@ def test_records_to_reads_the_curve():
 
 def test_authors_report_rebuilds_from_its_json_alone(authors_done, tmp_path):
     argv, out, rep = authors_done
-    copy = tmp_path / "copy"
-    copy.mkdir()
-    for f in ("report.md", "report.json"):
-        (copy / f).write_bytes((out / f).read_bytes())
-    P.main(["--report-only", "--out", str(copy)])
-    for f in ("report.md", "report.json"):
-        assert (copy / f).read_bytes() == (out / f).read_bytes(), f
+    rebuilt_from_json_alone(out, tmp_path)
