@@ -1,7 +1,6 @@
 """The committed ladder and procedural reports: rebuilt from their report.json alone (no run
 folders) they come out byte-identical; their verdicts follow from their own runs by the reading
-rule; and the report modules import no experiment script."""
-import ast
+rule (that the report modules import no experiment script: tests/test_house.py)."""
 import json
 import shutil
 from pathlib import Path

@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 
 import scaling
-from experiments.lib.common import (ALPHA, COMBINED_RULE, MIN_N, VERDICTS, combined_verdict, compare, kept_provenance, paired, fmt_mean_std, fmt_p, mean_std,
-                                    provenance_line, pyplot, read_summary, reading, save_figure, settings_json,
-                                    slope_test, summarize_provenance, verdict_of, write_json, write_text)
+from experiments.lib.common import (ALPHA, COMBINED_RULE, MIN_N, VERDICTS, combined_verdict, compare, fmt_mean_std,
+                                    fmt_p, kept_provenance, mean_std, paired, provenance_line, pyplot, read_summary,
+                                    reading, save_figure, settings_json, slope_test, verdict_of, write_json,
+                                    write_text)
 from experiments.lib.data_constrained_tokens import per_token
 from experiments.lib.evaluate import evaluate_run
 
