@@ -2,7 +2,7 @@
 ProRes depth experiment: deep Pre-LN and Post-LN baselines where they break, with and without ProRes (an lr x depth scan found the point).
 Chen et al., arXiv 2603.05369: progressive residual warmup alpha(l, t) = min(t / (T * l), 1) keeps deep models stable where Pre-LN degrades.
 
-    python experiments/prores.py                       # the default, preset breakdown (36 runs, ~100 min here)
+    python experiments/prores.py                       # the default, preset breakdown (36 runs, ~2 h here)
     python experiments/prores.py --quick               # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --report-only         # rebuild report.md/json and the PNGs from finished runs
     python experiments/prores.py --preset depth        # the earlier default: the scan, then 5 placements (~47 min)
@@ -14,7 +14,8 @@ no scan (the depth preset's scan found both baselines in trouble there at 200 st
 RMS after each block (train.py's act_rms), so the report follows the activations over training and fits log
 RMS against the layer (lib/prores_growth); lib/prores_breakdown reads where the baseline breaks and whether
 ProRes prevents it. Its ramp: T = 62.5 / 10.4 / 5.2 steps a layer at L = 8 / 48 / 96 (--ramp-frac 0.5).
-Time: a 96-layer run took 10.3 min of wall time (two at a time on the 2 cores), so ~33 min a seed.
+Time (wall, two runs at a time on the 2 cores): 96 layers 10 min (Pre-LN) and 17-18 min (Post-LN), 48 layers
+3.5-4.5 min, 8 layers 0.5 min: seed 0's 12 runs took 38 min, so ~2 h for the 36.
 The rest of this docstring describes the depth preset (its scan, the choice of the point, its timing).
 
 The mechanism: prores.py (train.py --prores); the conditions: lib/prores_runs.py; the analysis and the
