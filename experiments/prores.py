@@ -9,8 +9,8 @@ Chen et al., arXiv 2603.05369: progressive residual warmup alpha(l, t) = min(t /
     python experiments/prores.py --preset prose-d32    # the sweep before that (prose, width 32, GPT-2 init, cosine)
 
 Preset breakdown: Pre-LN and Post-LN, baseline and + ProRes, lr 4e-3, L = 8 / 48 / 96, 1,000 steps, 3 seeds,
-no scan (the depth preset's scan found both baselines in trouble there at 200 steps: Pre-LN 3.09 nats at L = 48,
-3.60 at 96 against 2.39 at 8; Post-LN stuck from 48). An evaluation every 100 steps logs the residual stream's
+no scan (the depth preset's 200-step scan at lr 4e-3: Pre-LN 2.35 / 2.49 / 3.60 nats at L = 8 / 48 / 96; Post-LN
+stuck at the unigram loss at every depth, 8 included; at 8e-3 Pre-LN 2.45 / 3.09 / 3.57). An evaluation every 100 steps logs the residual stream's
 RMS after each block (train.py's act_rms), so the report follows the activations over training and fits log
 RMS against the layer (lib/prores_growth); lib/prores_breakdown reads where the baseline breaks and whether
 ProRes prevents it. Its ramp: T = 62.5 / 10.4 / 5.2 steps a layer at L = 8 / 48 / 96 (--ramp-frac 0.5).
@@ -117,8 +117,8 @@ import model  # noqa: E402
 # Every setting a preset fixes; a flag given on the command line wins. "quick" entries replace the
 # preset's values under --quick.
 PRESETS = {
-    # where the scan of the "depth" preset found the baselines break (lr 4e-3: Pre-LN 3.09 nats at L = 48,
-    # 3.60 at L = 96 against 2.39 at L = 8; Post-LN stuck from L = 48), in runs long enough for the ramp
+    # where the scan of the "depth" preset found the baselines break (200 steps, lr 4e-3: Pre-LN 2.35 / 2.49 /
+    # 3.60 nats at L = 8 / 48 / 96; Post-LN stuck at every depth), in runs long enough for the ramp
     "breakdown": dict(stage="music", n_embd=32, n_head=4, batch_size=16, block_size=64, init="plain",
                       schedule="wsd", warmup_frac=0.02, decay_frac=0.1, min_lr=0.0, iters=1000, scan_iters=0,
                       scan=False, scan_lrs="1e-3,2e-3,4e-3,8e-3", scan_depths="8,24,48,96", scan_norms="pre,post",
