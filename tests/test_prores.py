@@ -387,7 +387,7 @@ def test_experiment_end_to_end_tiny(cache, tmp_path, capsys):
         s = json.loads((out / "runs" / r["name"] / "summary.json").read_text())["stages"][0]
         assert r["val_loss"] == s["val_loss"] and r["unigram_loss"] == pytest.approx(math.log(s["unigram_val_ppl"]))
         assert r["failed"] == (r["val_loss"] >= r["unigram_loss"] - 0.1)
-        assert r["steps"] == list(range(1, 7)) and r["loss_spikes"] == count_spikes(r["loss"], 2, 1.1)
+        assert r["steps"] == 6 and r["logged_steps"] == list(range(1, 7)) and r["loss_spikes"] == count_spikes(r["loss"], 2, 1.1)
         assert r["grad_spikes"] == count_spikes(r["grad_norm"], 2, 3.0)
         assert r["max_grad_norm"] == max(r["grad_norm"])
         assert len(r["act_rms"]) == r["depth"] + 1 and r["act_growth"] == r["act_rms"][-1] / r["act_rms"][1]

@@ -81,6 +81,11 @@ class Data:
         return args
 
 
+def logged_steps(r):
+    """The step of each logged loss of a run record (older records kept that list in `steps`)."""
+    return r["logged_steps"] if "logged_steps" in r else r["steps"]
+
+
 def analyse_run(a, run, data):
     """Every number of one finished run (None if it has not finished): its losses, curves,
     spikes, largest gradient norm (with its step, and the largest after the lr warmup: a
@@ -99,7 +104,10 @@ def analyse_run(a, run, data):
     tr = sorted((e for e in read_events(run.folder, "train")), key=lambda e: e["iter"])
     ev = sorted(read_events(run.folder, "eval"), key=lambda e: e["iter"])
     loss, gn = [e["loss"] for e in tr], [e["grad_norm"] for e in tr]
-    r.update(steps=[e["iter"] for e in tr], loss=loss, grad_norm=gn, lr_curve=[e["lr"] for e in tr],
+    # steps: the run's optimizer steps; logged_steps: the step of each loss / grad_norm entry (records of
+    # the committed depth report, made before this split, keep that list in `steps`)
+    r.update(steps=st.get("iters", r.get("iters")), logged_steps=[e["iter"] for e in tr], loss=loss, grad_norm=gn,
+             lr_curve=[e["lr"] for e in tr],
              val_curve={e["iter"]: e["val_loss"] for e in ev},
              loss_spikes=count_spikes(loss, a.spike_window, 1 + a.loss_spike_pct / 100),
              grad_spikes=count_spikes(gn, a.spike_window, a.grad_spike_x),
@@ -114,8 +122,8 @@ def analyse_run(a, run, data):
         r["act_rms"] = None
     r["act_growth"] = r["act_rms"][-1] / r["act_rms"][1] if r["act_rms"] and len(r["act_rms"]) > 1 else None
     acts = [e for e in ev if e.get("act_rms")]
-    after = [g for t, g in zip(r["steps"], gn) if t > args.warmup_iters]  # the initial gradient left out
-    r.update(max_grad_norm_step=r["steps"][int(np.argmax(gn))] if gn else None,
+    after = [g for t, g in zip(r["logged_steps"], gn) if t > args.warmup_iters]  # the initial gradient left out
+    r.update(max_grad_norm_step=r["logged_steps"][int(np.argmax(gn))] if gn else None,
              max_grad_norm_after_warmup=max(after) if after else None)
     r.update(failure=bd.failure_of(r, a.stuck_margin), act_rms_steps=[e["iter"] for e in acts],
              act_rms_curve=[e["act_rms"] for e in acts], act_fit=growth_fit(r["act_rms"]),
@@ -609,9 +617,9 @@ def plot(a, srecs, recs, depths, rich=False):
             r = min(rs, key=lambda r: r["seed"])
             y = np.array(r[key], dtype=float)
             if smooth > 1 and len(y) >= smooth:
-                ax.plot(r["steps"][smooth - 1:], np.convolve(y, np.ones(smooth) / smooth, mode="valid"), **kw)
+                ax.plot(logged_steps(r)[smooth - 1:], np.convolve(y, np.ones(smooth) / smooth, mode="valid"), **kw)
             else:
-                ax.plot(r["steps"], y, **kw)
+                ax.plot(logged_steps(r), y, **kw)
             ax.set_xlabel("step")
         return draw
 
