@@ -57,18 +57,52 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=None,
                    help="MDLM checkpoints: unmasking steps (default: one per token; fewer reveal several at once)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--midi", default=None, help="music stages: write the sample(s) to this .mid path")
+    p.add_argument("--midi", default=None,
+                   help="music stages: write the sample(s) to this .mid path, and beside each a piano-roll .png "
+                        "(pitch against time, velocity as shade)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--cache-dir", default=None, help="the prepared-data cache (for the tokenizer files)")
     args = p.parse_args(argv)
     for flag in ("tokens", "samples", "steps"):
         if getattr(args, flag) is not None and getattr(args, flag) <= 0:
             p.error(f"--{flag} must be positive, got {getattr(args, flag)}")
+    if args.midi and not Path(args.midi).resolve().parent.is_dir():
+        p.error(f"--midi {args.midi}: no folder {Path(args.midi).parent}; create it or give another path")
     try:
         sample(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def write_piano_roll(notes, path, title="", ax=None):
+    """A piano-roll PNG of notes (data/midi.py Notes): pitch against time, velocity as shade.
+    With `ax`, draws into that matplotlib axis instead (the ladder report puts a real piece and
+    a sampled one side by side) and returns it; else writes PATH atomically and returns it."""
+    import os
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from data.midi import piano_roll
+    roll, lo, frame = piano_roll(notes)
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 3.5))
+    if roll.size:
+        ax.imshow(roll, origin="lower", aspect="auto", cmap="Greys", vmin=0, vmax=127, interpolation="nearest",
+                  extent=(0, roll.shape[1] * frame, lo - 0.5, lo + roll.shape[0] - 0.5))
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("MIDI pitch")
+    ax.set_title(title or f"{len(notes)} notes", fontsize=9)
+    if fig is None:
+        return ax
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
+    plt.close(fig)
+    return path
 
 
 def sample(args):
@@ -87,6 +121,7 @@ def sample(args):
         return
     if tokenizer == "midi-events-160":
         from data import music
+        from data.midi import midi_to_notes
         y = generate(model, ck, [music.BOS], args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
         out = Path(args.midi or "sample.mid")
         for i, row in enumerate(y.tolist()):
@@ -94,7 +129,8 @@ def sample(args):
             mid = music.decode(row)
             mid.save(path)
             notes = sum(1 for t in mid.tracks for m in t if m.type == "note_on" and m.velocity > 0)
-            print(f"wrote {path}: {notes} notes, {mid.length:.1f} s")
+            roll = write_piano_roll(midi_to_notes(path), path.with_suffix(".png"), f"sampled: {path.name}")
+            print(f"wrote {path}: {notes} notes, {mid.length:.1f} s (piano roll: {roll})")
         return
     # procedural / task / other vocabularies: the ids, decoded where the stage's module can
     decode = None

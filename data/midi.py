@@ -355,6 +355,21 @@ def notes_to_midi(notes):
     return mid
 
 
+def piano_roll(notes, frame=None):
+    """(roll, lowest pitch, frame seconds): roll[p - lowest, f] = the velocity (0..127) of the note
+    that sounds pitch p during frame f (frames of `frame` s, default the 10 ms grid), the picture a
+    piano-roll plot shows (pitch against time, loudness as shade); an empty roll for no notes."""
+    frame = frame or TIME_QUANTUM
+    if not notes:
+        return np.zeros((0, 0), dtype=np.uint8), 0, frame
+    lo, hi = min(n.pitch for n in notes), max(n.pitch for n in notes)
+    roll = np.zeros((hi - lo + 1, int(round(max(n.end for n in notes) / frame)) + 1), dtype=np.uint8)
+    for n in notes:
+        a, b = int(round(n.start / frame)), max(int(round(n.end / frame)), int(round(n.start / frame)) + 1)
+        roll[n.pitch - lo, a:b] = np.maximum(roll[n.pitch - lo, a:b], n.velocity)
+    return roll, lo, frame
+
+
 def encode(midi, stats=None, sustain=True):
     """Tokens (no BOS/EOS) of a MIDI path or mido.MidiFile. Raises MidiError if the file is
     not valid MIDI. If `stats` is a dict, the counts of the module docstring's choices are

@@ -89,6 +89,7 @@ SAMPLE_CASES = [
     (["{tmp}/notckpt.pt"], ["notckpt.pt", "not a readable"]),
     (["{tmp}/notckpt.pt", "--tokens", "0"], ["--tokens", "positive"]),
     (["{tmp}/hello.pt"], ["hello.pt", "not a readable"]),
+    (["{tmp}/notckpt.pt", "--midi", "/no/such/dir/x.mid"], ["--midi", "/no/such/dir", "no folder"]),
 ]
 
 

@@ -38,7 +38,22 @@ def test_sample_writes_playable_midi_from_a_music_checkpoint(tmp_path, capsys):
         assert all(n.end <= ends[key(n)] + 1e-3 and n.end > n.start for n in got)
         length = mido.MidiFile(f).length
         assert length > 0 and length == pytest.approx(max(n.end for n in got), abs=1e-3)
-        assert line == f"wrote {f}: {len(got)} notes, {length:.1f} s"
+        assert line == f"wrote {f}: {len(got)} notes, {length:.1f} s (piano roll: {f.with_suffix('.png')})"
+        assert f.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_piano_roll_marks_each_note_at_its_pitch_time_and_velocity():
+    """data.midi.piano_roll: a known answer, built note by note."""
+    import numpy as np
+    notes = [midi.Note(0.0, 0.05, 60, 100), midi.Note(0.03, 0.10, 64, 40), midi.Note(0.02, 0.04, 60, 120)]
+    roll, lo, frame = midi.piano_roll(notes)
+    assert lo == 60 and frame == 0.01 and roll.shape == (5, 11)
+    want = np.zeros((5, 11), dtype=np.uint8)
+    want[0, 0:5] = 100
+    want[0, 2:4] = 120          # overlapping notes of one pitch: the louder shade
+    want[4, 3:10] = 40
+    assert (roll == want).all()
+    assert midi.piano_roll([])[0].size == 0
 
 
 def test_sample_prints_text_from_a_text_checkpoint(tmp_path, capsys, cache):
