@@ -59,6 +59,10 @@ def paper_section(i, name, heading, rep):
     figs = rep.get("figures", [])
     if figs:
         lines += ["", "Figures: " + ", ".join(f"[{f}]({link}/{f})" for f in figs) + "."]
+    earlier = sorted(p.parent.name for p in RESULTS.glob(f"{name}-*/report.md"))
+    if earlier:  # the earlier defaults' reports, kept beside the current one
+        lines += ["", "Earlier runs of this experiment (other presets): "
+                  + ", ".join(f"[{e}/report.md](experiments/results/{e}/report.md)" for e in earlier) + "."]
     return lines + [""]
 
 
