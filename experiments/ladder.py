@@ -109,18 +109,30 @@ PRETRAIN = {
     "ladder": ("poetry_stage", None, "musicL", "poetry_steps"),
     "synth-ladder": ("poetry_stage", None, "synthL", "poetry_steps"),
 }
+# the earlier default (--preset subset): four conditions at d 16/32/64 on the first 65,536 prose tokens, 5 epochs
 DEFAULT = dict(conditions="random,music,ladder,compute-matched", widths="16,32,64", seeds=3)
+# the six contributions (--preset contributions, the default): every condition they need at d16 on the whole
+# prose; volume-small / volume-large also at CAPACITY_WIDTHS; the long pair at --long-width; headline rows 5 seeds
+SIX = ("random,music,ladder,synthetic,compute-matched,volume-small,volume-large,volume-large-synthetic,"
+       "ablation-attn,ablation-mlp,ablation-norm,ablation-embed,long-random,long-ladder")
+CONTRIBUTIONS = dict(conditions=SIX, widths="16", capacity_widths="32,64", seeds=3, headline_seeds=0,
+                     batch_size=16, prose_tokens=655360, prose_epochs=2, music_steps=600, poetry_steps=600,
+                     music_chunks=1346, eval_iters=24, pre_eval_iters=10, long_width=64, long_epochs=3, patience=1)
+PRESETS = {"contributions": CONTRIBUTIONS, "subset": DEFAULT}
+CAPACITY = ("volume-small", "volume-large")  # the contribution about capacity: also run at --capacity-widths
+HEADLINE = ("random", "music", "ladder")     # the headline rows: --headline-seeds seeds at --widths
 FULL = dict(conditions="all", widths="16,32,64", seeds=5)
-QUICK = dict(conditions="all", widths="16", seeds=2, batch_size=4, block_size=64, prose_tokens=2048,
-             prose_epochs=2, music_steps=16, poetry_steps=8, music_chunks=200, eval_iters=4, pre_eval_iters=2,
-             warmup_iters=4, long_width=16, long_epochs=6, patience=1)
+QUICK = dict(conditions="all", widths="16", capacity_widths="32", seeds=2, headline_seeds=0, batch_size=4,
+             block_size=64, prose_tokens=2048, prose_epochs=2, music_steps=16, poetry_steps=8, music_chunks=200,
+             eval_iters=4, pre_eval_iters=2, warmup_iters=4, long_width=16, long_epochs=6, patience=1)
 # the paper's scale, for a GPU: WikiText-103 in full, MAESTRO (12k vs 36k chunks), every condition
 PAPER = dict(conditions="all", widths="16,32,64", seeds=5, prose="wikitext103", prose_tokens=0, batch_size=32,
-             music_dir="maestro", music_chunks=12000, music_steps=2250, poetry_steps=5000, eval_iters=200,
+             music_dir="maestro", music_chunks=12000, music_steps=2250, poetry_steps=5000, prose_epochs=5, eval_iters=200,
              pre_eval_iters=50, long_epochs=30, patience=3)
 SETTINGS = dict(batch_size=8, block_size=128, n_layer=4, n_head=4, lr=3e-3, warmup_iters=20, prose_tokens=65536,
                 prose_epochs=5, music_steps=400, poetry_steps=200, music_chunks=1340, eval_iters=24,
-                pre_eval_iters=10, long_width=64, long_epochs=30, patience=3, prose="wiki-leads", music_dir=None)
+                pre_eval_iters=10, long_width=64, long_epochs=30, patience=3, prose="wiki-leads", music_dir=None,
+                capacity_widths="", headline_seeds=0)
 # 1-thread CPU seconds per 1,000 training tokens (forward + backward + AdamW), measured with process_time on this
 # 2-core AMD EPYC (avx512_bf16), batch 8 x 128, 4 layers: text = the 50,257-token GPT-2 head, music = 160 tokens.
 # (45 - 5 steps differenced; d32 music interpolated). Under load the CPU time of a 1-thread run is what a
@@ -128,6 +140,10 @@ SETTINGS = dict(batch_size=8, block_size=128, n_layer=4, n_head=4, lr=3e-3, warm
 CPU_S_PER_KTOK = {"text": {16: 0.17, 32: 0.19, 64: 0.30}, "music": {16: 0.024, 32: 0.033, 64: 0.043}}
 EVAL_FRACTION = 0.5      # an evaluation token (train + val splits, no backward) relative to a training token
 RUN_OVERHEAD_S = 4.0     # corpus memory-mapping, model build, checkpoints, per run (CPU seconds)
+# a whole sweep's wall time over the estimate from the costs above: the reference run (random, music, ladder at d16,
+# batch 16 x 128, the whole prose for 2 epochs, music and poetry 600 steps, 3 seeds, --jobs 2) took 43 min for 15
+# runs where --plan says ~32 (evaluation, checkpoints, the two runs of a pair competing for memory bandwidth)
+REFERENCE_FACTOR = 43 / 32
 
 
 def parse_args(argv=None):
@@ -140,10 +156,21 @@ def parse_args(argv=None):
                    help="the paper's scale for a GPU: --prose wikitext103 in full, MAESTRO music (--music-dir "
                         "maestro, 12k vs 36k chunks), every condition, widths 16,32,64, 5 seeds, batch 32")
     p.add_argument("--plan", action="store_true", help="print the runs and the estimated time; train nothing")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="contributions",
+                   help="contributions (default): the paper's six contributions on the whole prose, d16 (+ d32/d64 "
+                        "for the volume pair, d64 for the long pair); subset: the earlier default (first 65,536 "
+                        "prose tokens, 4 conditions at d 16/32/64); --quick / --full / --paper set budgets over it")
     p.add_argument("--conditions", default=None,
-                   help=f"comma-separated, or 'all' (default {DEFAULT['conditions']}); one of: {', '.join(CONDITIONS)}")
-    p.add_argument("--widths", default=None, help=f"comma-separated d_model values (default {DEFAULT['widths']})")
-    p.add_argument("--seeds", type=int, default=None, help=f"seeds 0..N-1 per cell (default {DEFAULT['seeds']})")
+                   help=f"comma-separated, or 'all' (default: the preset's); one of: {', '.join(CONDITIONS)}")
+    p.add_argument("--widths", default=None, help="comma-separated d_model values of every condition (default: the "
+                                                  f"preset's; contributions {CONTRIBUTIONS['widths']})")
+    p.add_argument("--capacity-widths", default=None,
+                   help=f"more widths for {' and '.join(CAPACITY)} only, the capacity contribution (contributions: "
+                        f"{CONTRIBUTIONS['capacity_widths']}; '' = none)")
+    p.add_argument("--seeds", type=int, default=None, help=f"seeds 0..N-1 per cell (default {CONTRIBUTIONS['seeds']})")
+    p.add_argument("--headline-seeds", type=int, default=None,
+                   help=f"seeds of the headline rows ({', '.join(HEADLINE)}) at --widths when more than --seeds "
+                        f"(contributions: {CONTRIBUTIONS['headline_seeds']}; 0 = --seeds)")
     p.add_argument("--data-seed", type=int, default=0, help="train.py --data-seed for every run (default 0)")
     g = p.add_argument_group("budgets (defaults in the module docstring; --quick and --paper set their own)")
     g.add_argument("--prose-tokens", type=int, default=None,
@@ -181,7 +208,7 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if sum((a.quick, a.full, a.paper)) > 1:
         p.error("give at most one of --quick, --full, --paper")
-    preset = {**SETTINGS, **DEFAULT, **(QUICK if a.quick else FULL if a.full else PAPER if a.paper else {})}
+    preset = {**SETTINGS, **PRESETS[a.preset], **(QUICK if a.quick else FULL if a.full else PAPER if a.paper else {})}
     for k, v in preset.items():
         if getattr(a, k, None) is None:
             setattr(a, k, v)
@@ -197,13 +224,18 @@ def parse_args(argv=None):
     a.conditions = [c for c in CONDITIONS if c in names]
     try:
         a.widths = [int(w) for w in str(a.widths).split(",")]
+        a.capacity_widths = [int(w) for w in str(a.capacity_widths).split(",") if w.strip()]
     except ValueError:
-        p.error(f"--widths {a.widths!r}: give comma-separated whole numbers, e.g. 16,32,64")
+        p.error(f"--widths {a.widths!r} / --capacity-widths {a.capacity_widths!r}: give comma-separated whole "
+                "numbers, e.g. 16,32,64")
+    if a.headline_seeds < 0:
+        p.error("--headline-seeds must be >= 0")
     for flag in ("seeds", "prose_epochs", "music_steps", "poetry_steps", "music_chunks", "long_epochs", "patience",
                  "eval_iters", "pre_eval_iters", "batch_size", "block_size", "long_width"):
         if getattr(a, flag) <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive")
-    if min(a.widths) <= 0 or a.prose_tokens < 0 or any(w % a.n_head for w in a.widths + [a.long_width]):
+    if min(a.widths + a.capacity_widths) <= 0 or a.prose_tokens < 0 or any(
+            w % a.n_head for w in a.widths + a.capacity_widths + [a.long_width]):
         p.error(f"widths must be positive multiples of --n-head {a.n_head}; --prose-tokens >= 0")
     return a
 
@@ -264,13 +296,26 @@ def prose_run(a, condition, width, seed):
                                                       width=width, spe=spe))
 
 
+def condition_widths(a, c):
+    """The widths condition c runs at: --long-width for the long pair; --widths, and for the capacity
+    contribution's pair (volume-small, volume-large) --capacity-widths too."""
+    if CONDITIONS[c][3] == "long":
+        return [a.long_width]
+    return sorted(set(a.widths) | set(a.capacity_widths)) if c in CAPACITY else list(a.widths)
+
+
+def condition_seeds(a, c, w):
+    """How many seeds (0..n-1) the cell (c, w) has: --headline-seeds for the headline rows at --widths,
+    else --seeds."""
+    return max(a.seeds, a.headline_seeds) if c in HEADLINE and w in a.widths else a.seeds
+
+
 def cells(a):
     """(condition, width, seed) of every result the report has, seed-major."""
     out = []
-    for seed in range(a.seeds):
+    for seed in range(max(a.seeds, a.headline_seeds)):
         for c in a.conditions:
-            for w in ([a.long_width] if CONDITIONS[c][3] == "long" else a.widths):
-                out.append((c, w, seed))
+            out += [(c, w, seed) for w in condition_widths(a, c) if seed < condition_seeds(a, c, w)]
     return out
 
 
@@ -331,7 +376,8 @@ def print_plan(a, runs):
     todo = sum(r.meta["cpu_s"] for r in runs.values() if not common.is_finished(r.folder))
     print(f"\n{len(runs)} runs, ~{total / 60:.0f} CPU-min in all ({todo / 60:.0f} still to run); estimated wall "
           f"time with --jobs {a.jobs} on 2 quiet cores: ~{todo / jobs / 60:.0f} min (CPU costs measured here, "
-          "1 thread per run; a shared machine is up to ~2x slower; a GPU run is not estimated)")
+          f"1 thread per run), ~{REFERENCE_FACTOR * todo / jobs / 60:.0f} min as the reference run went "
+          f"({REFERENCE_FACTOR:.2f}x its estimate); a shared machine is up to ~2x slower; a GPU run is not estimated")
     return todo / jobs
 
 
@@ -366,6 +412,15 @@ def run_waves(a, runs):
     return trained
 
 
+def music_figure(a, data):
+    """The contributions report's music facts: the corpus's training chunks, and music.png (a real piece
+    beside one sampled from the music run at the smallest width, seed 0) when that run has finished."""
+    from experiments.lib import ladder_music, ladder_report
+    data["facts"]["music_train_chunks"] = ladder_music.train_chunks(a)
+    run = pre_run(a, "musicL", min(a.widths), 0)
+    ladder_music.real_and_sampled(a, checkpoint_of(a, run), a.out / ladder_report.MUSIC_FIGURE)
+
+
 def main(argv=None):
     from experiments.lib import ladder_report
     a = parse_args(argv)
@@ -387,6 +442,8 @@ def main(argv=None):
             check_music_chunks(a, runs)
             provenance = prov.finish(runs_trained=run_waves(a, runs))
         data, details = ladder_report.collect(a, runs, {cell: chain(a, *cell) for cell in cells(a)})
+        if ladder_report.is_contributions(a):
+            music_figure(a, data)
         text = ladder_report.render(a, data, details, a.out, provenance)
     print("\n" + text)
     print(f"\nwrote {a.out / 'report.md'}, report.json, details.json and the PNGs ({time.time() - t0:.0f} s in all)")

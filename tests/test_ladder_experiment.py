@@ -13,7 +13,10 @@ from experiments import ladder
 from experiments.lib import common
 
 RUN_KEYS = {"condition": str, "width": int, "seed": int, "ppl_first_epoch": float, "ppl_final": float,
-            "steps": int, "tokens": int, "seconds": float}
+            "ppl_best": float, "stopped_early": bool, "steps": int, "tokens": int, "seconds": float}
+# the must-hold: these at d16 with >= 3 seeds, the long pair at d64
+MUST_HOLD_D16 = ("random", "music", "ladder", "synthetic", "compute-matched", "volume-small", "volume-large-synthetic",
+                 "ablation-attn", "ablation-mlp", "ablation-norm", "ablation-embed")
 ROW_KEYS = {"condition", "width", "metric", "mean", "std", "n", "improvement_vs_random", "p_vs_random"}
 
 
@@ -23,7 +26,7 @@ def tiny_argv(tmp_path, text_dir, out, *extra):
             "--n-layer", "1", "--n-head", "2", "--batch-size", "2", "--block-size", "16", "--lr", "0.01",
             "--warmup-iters", "2", "--prose-tokens", "256", "--prose-epochs", "2", "--music-steps", "6",
             "--poetry-steps", "4", "--music-chunks", "40", "--eval-iters", "2", "--pre-eval-iters", "1",
-            "--long-width", "8", "--long-epochs", "4", "--patience", "1",
+            "--long-width", "8", "--long-epochs", "4", "--patience", "1", "--capacity-widths", "",
             "--music-stage", "music-synthetic", "--synthetic-tokens", "20000",
             "--poetry-stage", f"text:{text_dir}", "--prose-stage", f"text:{prose}", *extra]
 
@@ -60,7 +63,11 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     ladder.main(argv)
     rep = json.loads((out / "report.json").read_text())
     assert set(rep) == {"source", "regime", "figures", "verdicts", "provenance", "prose_unigram_ppl", "settings",
-                        "facts", "runs", "table", "comparisons", "missing"}
+                        "facts", "runs", "table", "comparisons", "missing", "contributions", "checks"}
+    assert [e["contribution"] for e in rep["contributions"]] == [1, 2, 3, 4, 5, 6]
+    assert all(e["verdict"] in common.VERDICTS for e in rep["contributions"])
+    assert rep["figures"][-1] == "music.png" and (out / "music.png").stat().st_size > 0
+    assert rep["facts"]["music_train_chunks"] >= 120
     assert rep["provenance"]["runs_trained"] == len(ladder.plan(ladder.parse_args(argv)))
     assert rep["prose_unigram_ppl"] > 1 and rep["missing"] == []
     for v in rep["verdicts"]:  # the results page's contract
@@ -114,7 +121,7 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     # a copy without the run folders rebuilds the same report from report.json (and details.json's curves)
     copy = tmp_path / "copy"
     copy.mkdir()
-    for f in ("report.md", "report.json", "details.json"):
+    for f in ("report.md", "report.json", "details.json", "music.png"):
         (copy / f).write_bytes((out / f).read_bytes())
     ladder.main(["--report-only", "--out", str(copy)])
     for f in ("report.md", "report.json", "details.json"):
@@ -129,8 +136,10 @@ def test_plan_and_presets_train_nothing(tmp_path, capsys):
     assert not (tmp_path / "p").exists()
     a = ladder.parse_args(["--paper", "--plan"])
     assert (a.prose, a.music_dir, a.music_chunks, a.seeds, a.widths) == ("wikitext103", "maestro", 12000, 5, [16, 32, 64])
-    d = ladder.parse_args([])
+    d = ladder.parse_args(["--preset", "subset"])  # the earlier default, as its committed report was made
     assert d.conditions == ["random", "music", "ladder", "compute-matched"] and d.widths == [16, 32, 64]
+    assert (d.prose_tokens, d.prose_epochs, d.batch_size, d.music_steps, d.poetry_steps, d.music_chunks) == \
+        (65536, 5, 8, 400, 200, 1340) and d.capacity_widths == [] and len(ladder.plan(d)) == 54
     assert len(ladder.parse_args(["--full"]).conditions) == len(ladder.CONDITIONS)
     assert ladder.parse_args(["--conditions", "long-ladder"]).conditions == ["long-random", "long-ladder"]
 
@@ -148,3 +157,45 @@ def test_user_errors_are_one_line(tmp_path, text_dir, cache, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: stage 'music-synthetic' has") and err.count("\n") == 1
     assert not (tmp_path / "o" / "runs").exists()
+
+
+def test_default_plan_has_every_contribution_with_three_seeds(capsys):
+    a = ladder.parse_args(["--plan"])
+    assert a.preset == "contributions" and a.prose_tokens >= 990_088 // 2  # a large share of wiki-leads
+    seeds = {}
+    for c, w, s in ladder.cells(a):
+        seeds.setdefault((c, w), set()).add(s)
+    for c in MUST_HOLD_D16:
+        assert len(seeds[(c, 16)]) >= 3, c
+    for c in ("long-random", "long-ladder"):
+        assert len(seeds[(c, 64)]) >= 3 and (c, 16) not in seeds
+    for w in (16, 32, 64):  # the capacity contribution: N vs 3N at every width
+        assert len(seeds[("volume-small", w)]) >= 3 and len(seeds[("volume-large", w)]) >= 3
+    assert ("random", 32) not in seeds  # nothing else is run wider
+    assert 3 * a.music_chunks <= 4038 and a.music_chunks > 4038 // 3 - 3  # 3N = the whole music21 corpus
+    runs = ladder.plan(a)
+    spe, _ = ladder.steps_per_epoch(a)
+    assert ladder.ladder_steps(a) < 6 * spe  # the compute-matched control repeats the prose fewer than 6 times
+    minutes = ladder.print_plan(a, runs) / 60
+    assert 60 < minutes < 200  # a few hours at most on 2 cores
+    text = capsys.readouterr().out
+    assert "estimated wall time" in text and "as the reference run went" in text
+
+
+def test_contribution_checks_and_paired_readings():
+    from experiments.lib import ladder_contributions, ladder_report
+    rec = lambda c, s, first, final, best, w=16: {"condition": c, "width": w, "seed": s, "ppl_first_epoch": first,
+                                                  "ppl_final": final, "ppl_best": best, "stopped_early": s > 0}
+    records = [rec("random", s, 900 + s, 700 + 3 * s, 700) for s in range(3)]
+    records += [rec("music", s, 800 - s, 600 + s, 600) for s in range(3)]
+    records += [rec("compute-matched", s, 900, 650 * (1.06 if s == 2 else 1.0), 650) for s in range(3)]
+    records += [rec("long-random", s, 1, 2, 2, 64) for s in range(3)]
+    un, of, pl = ladder_contributions.checks(records, unigram=2000.0)
+    assert un["holds"] is True and of["holds"] is False and "6.0%" in of["detail"] and pl["holds"] is False
+    assert ladder_contributions.checks(records, unigram=850.0)[0]["holds"] is False
+    paired = ladder_report.paired_readings(records)
+    diffs = [(600 + s) - (700 + 3 * s) for s in range(3)]
+    p = stats.ttest_1samp(diffs, 0).pvalue
+    assert paired["music -> prose: lower perplexity at the end"] == f"d16 {common.fmt_p(p)} (n = 3)"
+    entries = ladder_contributions.contributions(ladder_report.verdicts(records, 2000.0), paired)
+    assert entries[0]["verdict"] == "reproduces" and entries[5]["verdict"] == "not measured"

@@ -21,12 +21,14 @@ import argparse
 import json
 import math
 
-from experiments.lib import common
+from experiments.lib import common, ladder_contributions
 from experiments.lib.ladder_conditions import baseline, is_long, ladder_steps, steps_per_epoch
 
 METRICS = ("ppl_first_epoch", "ppl_final")
 SOURCE = {"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"}
 FIGURES = ["width.png", "curves.png", "ablation.png"]
+MUSIC_FIGURE = "music.png"  # the contributions preset: a real piece and a sampled one (ladder_music)
+CLAIMS_HEADING = "## The paper's claims beside ours"
 CLAIM = ("music then poetry before prose lowers prose perplexity: 349.0 (ladder) vs 373.2 (music only) vs 423.0 "
          "(random init), p < 0.001; music alone is 26% lower after the first prose epoch and 11.8% after "
          "convergence; the advantage persists at the plateau (5.5% at d = 64, p = 0.017); a compute-matched "
@@ -106,6 +108,8 @@ def read_record(a, c, w, s, runs):
     final = prose["best_val_loss"] if is_long(c) else prose["val_loss"]
     rec = {"condition": c, "width": w, "seed": s,
            "ppl_first_epoch": math.exp(first[0]) if first else float("nan"), "ppl_final": math.exp(final),
+           "ppl_best": math.exp(min(v for _, v in evals)) if evals else float("nan"),
+           "stopped_early": bool(prose["stopped_early"]),
            "steps": sum(st["iters"] for sm in sums for st in sm["stages"]),
            "tokens": sum(st["tokens"] for sm in sums for st in sm["stages"]),
            "seconds": round(sum(sm["seconds"] for sm in sums), 1)}
@@ -371,7 +375,7 @@ def markdown(a, data, rows, comps, verdict_list, provenance):
              f"{a.long_epochs} epochs, patience {a.patience} epochs, ppl_final = best validation perplexity.",
              "- Transfer: music -> text copies attention, MLP and norms (token embedding, LM head and positions "
              "fresh); text -> text copies everything; ablations use --transfer as named.", "",
-             "## The paper's claims beside ours", ""]
+             CLAIMS_HEADING, ""]
     lines += claim_lines(records, verdict_list, data["prose_unigram_ppl"]) + [""]
     lines += ["## Results (prose validation perplexity, mean ± std over seeds)", "",
               "Change vs baseline = mean / mean of the baseline at the same width - 1 (random; long-random for the "
@@ -485,6 +489,28 @@ def plot_ablation(a, records, path):
 
 # ---------------------------------------------------------------------------------------------
 
+def paired_readings(records):
+    """{claim: its cells read by the paired test by seed (common.paired), e.g. 'd16 p = 0.004 (n = 3)'}."""
+    out = {}
+    for claim, paper, pairs, metric, widths, direction in CLAIMS:
+        cells = []
+        for label, c, _ in claim_cells(records, pairs, metric, widths, direction):
+            by_seed = lambda cond: {r["seed"]: r[metric] for r in records
+                                    if r["condition"] == cond and r["width"] == c["width"]}
+            xs, ys = by_seed(c["x"]), by_seed(c["y"])
+            seeds = sorted(set(xs) & set(ys))
+            pc = common.paired([xs[s] for s in seeds], [ys[s] for s in seeds])
+            cells.append(f"{label} {common.fmt_p(pc['p'])} ({common.fmt_n(pc)})")
+        if cells:
+            out[claim] = ", ".join(cells)
+    return out
+
+
+def is_contributions(a):
+    """True for the contributions preset's report (a report.json of the earlier default has no preset)."""
+    return getattr(a, "preset", "subset") != "subset"
+
+
 def render(a, data, details, out, provenance):
     """Write report.md, report.json, the PNGs and (with details) details.json from the records;
     returns report.md. Nothing here reads the run folders, the clock or the machine."""
@@ -492,9 +518,18 @@ def render(a, data, details, out, provenance):
     rows, comps, verdict_list = table(a, records), comparisons(a, records), verdicts(records, data["prose_unigram_ppl"])
     text = markdown(a, data, rows, comps, verdict_list, provenance)
     settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
+    extra, figures = {}, FIGURES
+    if is_contributions(a):
+        figures = FIGURES + ([MUSIC_FIGURE] if (out / MUSIC_FIGURE).exists() else [])
+        entries = ladder_contributions.contributions(verdict_list, paired_readings(records))
+        check_list = ladder_contributions.checks(records, data["prose_unigram_ppl"])
+        extra = {"contributions": entries, "checks": check_list}
+        section = ladder_contributions.markdown(a, data, entries, check_list, MUSIC_FIGURE in figures and MUSIC_FIGURE)
+        head, tail = text.split(CLAIMS_HEADING, 1)
+        text = head + "\n".join(section) + "\n" + CLAIMS_HEADING + tail
     common.write_json(out / "report.json", {
-        "source": SOURCE, "regime": regime(a, data, provenance), "figures": FIGURES, "verdicts": verdict_list,
-        "provenance": provenance, "prose_unigram_ppl": data["prose_unigram_ppl"], "settings": settings,
+        "source": SOURCE, "regime": regime(a, data, provenance), "figures": figures, "verdicts": verdict_list,
+        "provenance": provenance, "prose_unigram_ppl": data["prose_unigram_ppl"], **extra, "settings": settings,
         "facts": data["facts"], "runs": records, "table": rows, "comparisons": comps, "missing": data["missing"]})
     common.write_text(out / "report.md", text)
     if details is not None:
