@@ -86,23 +86,70 @@ import torch  # noqa: E402
 from batches import load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep  # noqa: E402
-from experiments.lib.common import Provenance, Run, add_sweep_args, is_finished, main_guard, run_sweep  # noqa: E402
+from experiments.lib import data_constrained_scan as sc  # noqa: E402
+from experiments.lib.common import (Provenance, Run, add_sweep_args, is_finished, main_guard, read_summary,  # noqa: E402
+                                    run_sweep)
 from experiments.lib.evaluate import evaluate_run, evaluate_runs  # noqa: E402
 
-METHODS = ("wd", "wd+mir", "ar-weak", "mdlm-weak", "mdlm-strong")
-# method -> (objective of the run name: ar | mir | mdlm, which decay: strong | weak)
+METHODS = ("wd", "wd+mir", "ar-weak", "mdlm-weak", "mdlm-strong", "mdlm-tuned")
+# method -> (objective of the run name: ar | mir | mdlm, which decay: strong (the AR-tuned) | weak | fixed)
 METHOD_RUN = {"wd": ("ar", "strong"), "wd+mir": ("mir", "strong"), "ar-weak": ("ar", "weak"),
-              "mdlm-weak": ("mdlm", "weak"), "mdlm-strong": ("mdlm", "strong")}
-DEFAULTS = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="8000,16000,32000,64000", epochs=16, seeds=3,
-                seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128)
-QUICK = dict(sizes="L1d16,L2d24,L2d32,L3d48", budgets="4000,8000,16000", epochs=4, seeds=2,
-             seeded_sizes=1, decays="0.1,1.6", batch_size=16, block_size=64)
+              "mdlm-weak": ("mdlm", "weak"), "mdlm-strong": ("mdlm", "strong"), "mdlm-tuned": ("mdlm", "strong")}
+# the authors' baseline (the default): dropout 0.1, untied decayed head, a scan for the regime, 2 sweep seeds
+AUTHORS = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="64000,128000,256000,512000", epochs=16, seeds=2,
+               seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128, dropout=0.1, tie=False,
+               sweep_seeds=2, scan=True, scan_sizes="L2d32,L3d48,L4d64,L4d96,L6d128", scan_budgets="32000,64000,128000",
+               scan_epochs="16,32", max_budget=512000, methods="wd,wd+mir,mdlm-tuned,mdlm-strong",
+               mdlm_strong_decay=3.2, mdlm_epochs=32, mdlm_budgets=2, scan_fallback=False)
+AUTHORS_QUICK = dict(AUTHORS, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4, seeds=2,
+                     decays="0.1,1.6", block_size=64, scan_sizes="L1d16,L2d24,L2d32", scan_budgets="4000,8000",
+                     scan_epochs="4", max_budget=16000, mdlm_epochs=8, mdlm_budgets=1, scan_fallback=True)
+# the earlier default (experiments/results/data_constrained was made with it): no dropout, tied head
+EARLIER = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="8000,16000,32000,64000", epochs=16, seeds=3,
+               seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128, dropout=0.0, tie=True,
+               sweep_seeds=1, scan=False, methods="wd,wd+mir,ar-weak,mdlm-weak,mdlm-strong", mdlm_strong_decay=None,
+               mdlm_epochs=None, mdlm_budgets=0, scan_fallback=False, scan_sizes=None, scan_budgets=None,
+               scan_epochs=None, max_budget=None)
+EARLIER_QUICK = dict(EARLIER, sizes="L1d16,L2d24,L2d32,L3d48", budgets="4000,8000,16000", epochs=4, seeds=2,
+                     seeded_sizes=1, decays="0.1,1.6", block_size=64)
+PRESETS = {"authors": (AUTHORS, AUTHORS_QUICK), "earlier": (EARLIER, EARLIER_QUICK)}
+DEFAULTS, QUICK = EARLIER, EARLIER_QUICK  # the earlier names (its docstring's grid)
+SCAN_RULES = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3)
+# ms per optimizer step, one thread, two jobs on 2 quiet cores (the earlier default's measured steps, AR
+# 56-114 ms for N = 25k-448k): AR ~ 50 + N / 7,500; MIR ~2x, MDLM ~1.5x (their measured ratios)
+STEP_MS = dict(ar=lambda n: 50 + n / 7500, mir=lambda n: 2 * (50 + n / 7500), mdlm=lambda n: 1.5 * (50 + n / 7500))
 
 
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, "out/data_constrained")
+    p.add_argument("--preset", choices=tuple(PRESETS), default="authors",
+                   help="authors (default): the authors' baseline (dropout 0.1, untied decayed head), a scan for the "
+                        "regime, 2 sweep seeds; earlier: the earlier default (dropout 0, tied head; "
+                        "experiments/results/data_constrained)")
+    p.add_argument("--plan", action="store_true", help="print the phases, their runs and the estimated time; train nothing")
+    p.add_argument("--dropout", type=float, default=None, help="dropout of every run (authors 0.1, earlier 0)")
+    p.add_argument("--tie", dest="tie", action="store_const", const=True, default=None,
+                   help="tie the LM head to the embedding (the earlier preset)")
+    p.add_argument("--no-tie", dest="tie", action="store_const", const=False,
+                   help="an untied, weight-decayed LM head (the authors' preset)")
+    p.add_argument("--sweep-seeds", type=int, default=None, help="seeds of the decay sweep (authors 2, earlier 1)")
+    g = p.add_argument_group("phase 0: the scan (authors preset)")
+    g.add_argument("--no-scan", dest="scan", action="store_const", const=False, default=None,
+                   help="no scan: the grid is --sizes x --budgets x --epochs")
+    g.add_argument("--scan-sizes", default=None, help=f"candidate sizes (default {AUTHORS['scan_sizes']})")
+    g.add_argument("--scan-budgets", default=None, help=f"candidate smallest budgets U0 (default {AUTHORS['scan_budgets']})")
+    g.add_argument("--scan-epochs", default=None, help=f"candidate epochs (default {AUTHORS['scan_epochs']})")
+    g.add_argument("--max-budget", type=int, default=None,
+                   help=f"the grid's budgets double from U0 up to this (default {AUTHORS['max_budget']:,})")
+    g.add_argument("--scan-fallback", action="store_const", const=True, default=None,
+                   help="when no candidate qualifies, use the closest (default: an error; on with --quick)")
+    p.add_argument("--mdlm-strong-decay", type=float, default=None,
+                   help="mdlm-strong's fixed decay (authors 3.2; earlier: the AR-tuned decay)")
+    p.add_argument("--mdlm-epochs", type=float, default=None, help="MDLM's epochs (authors 32; earlier: the AR epochs)")
+    p.add_argument("--mdlm-budgets", type=int, default=None,
+                   help="MDLM on the N smallest budgets only (authors 2; 0 = every budget)")
     p.add_argument("--stage", default="music",
                    help="the corpus (a train.py stage name; default: %(default)s, see the docstring for why)")
     p.add_argument("--subset", choices=("auto", "chunks", "first"), default="auto",
@@ -115,8 +162,9 @@ def parse_args(argv=None):
                    help=f"unique-token budgets U (default {DEFAULTS['budgets']}; quick {QUICK['budgets']})")
     p.add_argument("--epochs", type=float, default=None,
                    help=f"passes over U per run (default {DEFAULTS['epochs']}; quick {QUICK['epochs']})")
-    p.add_argument("--methods", default=",".join(METHODS),
-                   help="methods of the grid (default: all of %(default)s); wd is always run (the sweep)")
+    p.add_argument("--methods", default=None,
+                   help=f"methods of the grid, of {', '.join(METHODS)} (authors {AUTHORS['methods']}; earlier "
+                        f"{EARLIER['methods']}); wd is always run (the sweep)")
     p.add_argument("--seeds", type=int, default=None,
                    help=f"seeds 0..N-1 for wd and wd+mir in the smallest --seeded-sizes sizes "
                         f"(default {DEFAULTS['seeds']}; quick {QUICK['seeds']}); other cells: seed 0")
@@ -144,7 +192,7 @@ def parse_args(argv=None):
     p.add_argument("--train-args", default="",
                    help="extra train.py flags for every run, one string (e.g. \"--music-composers all\")")
     a = p.parse_args(argv)
-    base = QUICK if a.quick else DEFAULTS
+    base = PRESETS[a.preset][1 if a.quick else 0]
     for k, v in base.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -154,6 +202,10 @@ def parse_args(argv=None):
         a.budgets = sorted(int(float(u)) for u in str(a.budgets).split(","))
         a.decays = [float(d) for d in str(a.decays).split(",")]
         a.lrs = [float(x) for x in a.lrs.split(",")]
+        if a.scan:
+            a.scan_sizes = [parse_size(s) for s in a.scan_sizes.split(",")]
+            a.scan_budgets = sorted(int(float(u)) for u in str(a.scan_budgets).split(","))
+            a.scan_epochs = sorted(float(e) for e in str(a.scan_epochs).split(","))
     except ValueError as e:
         p.error(str(e))
     a.methods = [m.strip() for m in a.methods.split(",")]
@@ -170,13 +222,20 @@ def parse_args(argv=None):
             p.error(f"--laws: unknown {bad}; choose from {', '.join(scaling.LAWS)}")
     if len(a.budgets) < 2 or len(a.sizes) < 2:
         p.error("give at least 2 sizes and 2 budgets (laws and fan-out need both axes)")
-    for flag in ("seeds", "epochs", "batch_size", "block_size", "jobs"):
+    for flag in ("seeds", "epochs", "batch_size", "block_size", "jobs", "sweep_seeds"):
         if getattr(a, flag, None) is not None and getattr(a, flag) <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(a, flag)}")
     if any(u <= 0 for u in a.budgets) or any(x <= 0 for x in a.decays + a.lrs):
         p.error("--budgets, --decays and --lrs must be positive")
-    a.sweep_budget = int(a.sweep_budget or a.budgets[len(a.budgets) // 2])
-    if a.sweep_budget not in a.budgets:
+    if a.dropout < 0 or a.dropout >= 1:
+        p.error(f"--dropout must be in [0, 1), got {a.dropout}")
+    a.mdlm_epochs = a.mdlm_epochs or a.epochs
+    if a.scan:
+        a.sizes, a.budgets, a.epochs = a.scan_sizes, a.scan_budgets, a.scan_epochs[0]  # until the scan chooses
+    if a.preset == "authors" and a.sweep_budget is None:
+        a._sweep_at_u0 = True  # the sweep runs at the smallest budget (U0), where regularisation matters most
+    a.sweep_budget = int(a.sweep_budget or (a.budgets[0] if a.preset == "authors" else a.budgets[len(a.budgets) // 2]))
+    if a.sweep_budget not in a.budgets and not a.scan:
         p.error(f"--sweep-budget {a.sweep_budget} must be one of --budgets {a.budgets}")
     a.seeded_sizes = a.seeded_sizes or len(a.sizes)
     if a.subset == "auto":
@@ -201,23 +260,35 @@ def parse_size(s):
 # ---------------------------------------------------------------------------------------------
 # runs
 
-def run_name(obj, size, U, wd, lr, seed):
-    return f"{obj}-{size[0]}-U{U}-wd{wd:g}-lr{lr:g}-s{seed}"
+def run_name(obj, size, U, wd, lr, seed, tag=""):
+    return f"{obj}-{size[0]}-U{U}-wd{wd:g}-lr{lr:g}-s{seed}{tag}"
 
 
-def train_argv(a, obj, size, U, wd, lr, seed):
+def run_tag(a, epochs):
+    """The part of a run's name beyond the earlier preset's: epochs, dropout, an untied head
+    (empty for the earlier preset's runs, whose names stay as they were)."""
+    if a.preset == "earlier":
+        return ""
+    return f"-e{epochs:g}-do{a.dropout:g}" + ("" if a.tie else "-untied")
+
+
+def train_argv(a, obj, size, U, wd, lr, seed, epochs=None):
     """train.py flags of one run (without --out)."""
     _, L, d, h = size
     T, B = a.block_size, a.batch_size
-    steps = math.ceil(a.epochs * U / (B * T))
+    epochs = epochs or a.epochs
+    steps = math.ceil(epochs * U / (B * T))
     chunks = U // (T + 1) if a.subset == "chunks" else None  # whole chunks drawn across the stream
     argv = ["--stages", a.stage, "--n-layer", L, "--n-embd", d, "--n-head", h, "--block-size", T,
-            "--batch-size", B, "--epochs", f"{a.epochs:g}", "--unique-tokens", chunks * (T + 1) if chunks else U,
+            "--batch-size", B, "--epochs", f"{epochs:g}", "--unique-tokens", chunks * (T + 1) if chunks else U,
             "--lr", f"{lr:g}", "--min-lr", f"{lr / 10:g}", "--warmup-iters", max(1, round(a.warmup_frac * steps)),
             "--weight-decay", f"{wd:g}", "--seed", seed, "--data-seed", 0,
-            # train.py's own evaluation only checkpoints and logs (the loss we use is evaluate_run's)
-            "--eval-interval", max(1, min(250, steps)), "--eval-iters", 4, "--eval-splits", "val",
-            "--log-interval", 10]
+            # train.py's own evaluation only checkpoints and logs (the loss we use is evaluate_run's); the
+            # authors' preset also logs the training split (the scan's overfit = val - train)
+            "--eval-interval", max(1, min(250, steps)), "--eval-iters", 4,
+            "--eval-splits", "val" if a.preset == "earlier" else "train,val", "--log-interval", 10]
+    if a.preset != "earlier":
+        argv += ["--dropout", f"{a.dropout:g}"] + ([] if a.tie else ["--no-tie"])
     if chunks:
         argv += ["--music-chunks", chunks]
     if obj == "mir":
@@ -229,43 +300,104 @@ def train_argv(a, obj, size, U, wd, lr, seed):
     return [str(x) for x in argv]
 
 
-def make_run(a, obj, size, U, wd, lr, seed, **meta):
-    name = run_name(obj, size, U, wd, lr, seed)
-    return Run(name, a.out / "runs" / name, train_argv(a, obj, size, U, wd, lr, seed),
+def make_run(a, obj, size, U, wd, lr, seed, epochs=None, **meta):
+    epochs = epochs or (a.mdlm_epochs if obj == "mdlm" else a.epochs)
+    name = run_name(obj, size, U, wd, lr, seed, run_tag(a, epochs))
+    return Run(name, a.out / "runs" / name, train_argv(a, obj, size, U, wd, lr, seed, epochs),
                dict(obj=obj, size=size[0], U=U, wd=wd, lr=lr, seed=seed, **meta))
 
 
+def scan_runs(a):
+    """Phase 0: AR at the weak decay, seed 0, every candidate size x U0 x epochs; MDLM at the
+    smallest size, every U0, its epochs (experiments/lib/data_constrained_scan.py)."""
+    lr = a.lrs[0]
+    runs = [make_run(a, "ar", size, U, a.weak_decay, lr, 0, epochs=e, phase="scan", epochs_asked=e)
+            for e in a.scan_epochs for U in a.scan_budgets for size in a.scan_sizes]
+    return runs + [make_run(a, "mdlm", a.scan_sizes[0], U, a.weak_decay, lr, 0, phase="scan",
+                            epochs_asked=a.mdlm_epochs) for U in a.scan_budgets]
+
+
+def scan_record(r):
+    """A scan run as choose_regime reads it (None while unfinished)."""
+    s = read_summary(r.folder)
+    if s is None:
+        return None
+    st = s["stages"][0]
+    return dict(obj=r.meta["obj"], size=r.meta["size"], U=r.meta["U"], epochs=r.meta["epochs_asked"], name=r.name,
+                loss=val_loss(r), train_loss=st.get("train_loss"), unigram_val_ppl=st.get("unigram_val_ppl"),
+                N=s["params"], seconds=s["seconds"])
+
+
+def choose(a, runs):
+    """Read the finished scan (choose_regime), set a.sizes, a.budgets, a.epochs (and the sweep's
+    budget) to its choice and return the scan's record for the report."""
+    recs = [scan_record(r) for r in runs]
+    if any(r is None for r in recs):
+        raise UserError(f"the scan has unfinished runs in {a.out / 'runs'}; rerun without --report-only")
+    labels = [s[0] for s in a.scan_sizes]
+    scan = sc.choose_regime(recs, labels, SCAN_RULES)
+    scan.update(rules=SCAN_RULES, runs=recs, fallback=False)
+    if scan["choice"] is None:
+        c = sc.closest(scan)
+        note = f"{c['epochs']:g} epochs, U0 = {c['U0']:,}: {c['why']}"
+        if not a.scan_fallback:
+            raise UserError(f"the scan found no regime where the law can fan out (closest: {note}); widen "
+                            "--scan-sizes / --scan-budgets / --scan-epochs, or --scan-fallback")
+        scan.update(choice=(c["epochs"], c["U0"]), sizes=c["kept"] or labels, fallback=True, fallback_note=note)
+    e, u0 = scan["choice"]
+    a.sizes = [s for s in a.scan_sizes if s[0] in scan["sizes"]]
+    a.epochs, a.budgets = e, sc.grid_budgets(u0, a.max_budget)
+    if getattr(a, "_sweep_at_u0", False):
+        a.sweep_budget = u0
+    scan["budgets"] = a.budgets
+    return scan
+
+
 def sweep_runs(a):
-    return [make_run(a, "ar", size, a.sweep_budget, wd, lr, 0, phase="sweep")
-            for size in a.sizes for lr in a.lrs for wd in a.decays]
+    return [make_run(a, "ar", size, a.sweep_budget, wd, lr, seed, phase="sweep")
+            for size in a.sizes for lr in a.lrs for wd in a.decays for seed in range(a.sweep_seeds)]
 
 
 def pick_strong(a, sweep):
-    """{size label: (wd, lr)} with the lowest full-validation loss in the sweep; None while a
-    size's sweep is unfinished."""
+    """{size label: (wd, lr)} with the lowest full-validation loss in the sweep, averaged over the
+    sweep's seeds (the mean, not the best seed); None while a size's sweep is unfinished."""
     best = {}
     for size in a.sizes:
-        rs = [(r, val_loss(r)) for r in sweep if r.meta["size"] == size[0]]
-        if any(v is None for _, v in rs):
+        by = {}
+        for r in sweep:
+            if r.meta["size"] == size[0]:
+                by.setdefault((r.meta["wd"], r.meta["lr"]), []).append(val_loss(r))
+        if any(v is None for vs in by.values() for v in vs):
             best[size[0]] = None
             continue
-        r, v = min(rs, key=lambda rv: rv[1])
-        best[size[0]] = (r.meta["wd"], r.meta["lr"]) if math.isfinite(v) else None
+        key, v = min(((k, sum(vs) / len(vs)) for k, vs in by.items()), key=lambda kv: kv[1])
+        best[size[0]] = key if math.isfinite(v) else None
     return best
+
+
+def method_decay(a, method, strong_wd):
+    obj, which = METHOD_RUN[method]
+    if method == "mdlm-strong" and a.mdlm_strong_decay is not None:
+        return a.mdlm_strong_decay
+    return strong_wd if which == "strong" else a.weak_decay
 
 
 def grid_runs(a, strong):
     """Every (method, size, U, seed) run of the grid, as Runs with meta['method']; a
-    configuration asked for by two methods is one Run listed under each."""
+    configuration asked for by two methods is one Run listed under each. MDLM runs only at the
+    --mdlm-budgets smallest budgets (0: every budget)."""
     runs = []
+    mdlm_us = a.budgets[:a.mdlm_budgets] if a.mdlm_budgets else a.budgets
     for i, size in enumerate(a.sizes):
         wd_s, lr = strong[size[0]]
         for U in a.budgets:
             for method in a.methods:
                 obj, which = METHOD_RUN[method]
+                if obj == "mdlm" and U not in mdlm_us:
+                    continue
                 seeds = a.seeds if method in ("wd", "wd+mir") and i < a.seeded_sizes else 1
                 for seed in range(seeds):
-                    runs.append(make_run(a, obj, size, U, wd_s if which == "strong" else a.weak_decay, lr, seed,
+                    runs.append(make_run(a, obj, size, U, method_decay(a, method, wd_s), lr, seed,
                                          method=method, phase="grid"))
     return runs
 
@@ -275,7 +407,7 @@ def check_budgets(a):
     args = train_parse_args(["--stages", a.stage, "--block-size", str(a.block_size)] + a.train_args.split())
     n = len(load_corpus(a.stage, args).train)
     unit = a.block_size + 1 if a.subset == "chunks" else 1
-    for U in a.budgets:
+    for U in a.budgets + ([a.max_budget] if a.scan else []):
         if U // unit < 1 or U // unit * unit > n // unit * unit:
             raise UserError(f"--budgets {U:,}: stage {a.stage!r} has {n:,} training tokens"
                             + (f" ({n // unit:,} chunks of {unit})" if unit > 1 else "")
@@ -299,6 +431,56 @@ def val_loss(run):
     return None if e is None else e["loss"]
 
 
+def non_embedding(size, vocab=161, tie=False):
+    """N of a size, about: 12 L d^2 (attention and MLP) + the head's vocab x d when untied."""
+    _, L, d, _ = size
+    return 12 * L * d * d + (0 if tie else vocab * d)
+
+
+def seconds_of(a, runs):
+    """Estimated training seconds of runs (STEP_MS per step; one job's share of 2 cores)."""
+    total = 0.0
+    for r in unique(runs):
+        size = next(s for s in a.sizes + (a.scan_sizes or []) if s[0] == r.meta["size"])
+        steps = math.ceil(float(r.argv[r.argv.index("--epochs") + 1]) * r.meta["U"] / (a.batch_size * a.block_size))
+        total += steps * STEP_MS[r.meta["obj"]](non_embedding(size, tie=a.tie)) / 1000
+    return total
+
+
+def plan(a):
+    """The phases, their runs and the estimated wall time (two jobs at a time). Before the scan has
+    finished, the grid is estimated at the preset's expected choice (--sizes, --budgets, the
+    smallest --scan-epochs); after it, at the scan's choice."""
+    lines, total, seen = [], 0.0, []
+    if a.scan:
+        runs = scan_runs(a)
+        t = seconds_of(a, runs) / a.jobs
+        lines.append(f"phase 0, scan: {len(runs)} runs, ~{t / 3600:.1f} h")
+        total, seen = total + t, runs
+        if all(is_finished(r.folder) for r in runs):
+            choose(a, runs)
+        else:
+            base = PRESETS[a.preset][1 if a.quick else 0]
+            a.sizes = [parse_size(s) for s in base["sizes"].split(",")]
+            a.budgets = [int(u) for u in base["budgets"].split(",")]
+            a.sweep_budget = a.budgets[0] if getattr(a, "_sweep_at_u0", False) else a.sweep_budget
+            lines.append(f"  (grid estimated at sizes {base['sizes']}, budgets {base['budgets']}, {a.epochs:g} epochs: "
+                         "the scan has not finished)")
+    sweep = [r for r in sweep_runs(a) if r.name not in {s.name for s in seen}]
+    t = seconds_of(a, sweep) / a.jobs
+    lines.append(f"phase 1, decay sweep: {len(sweep)} runs ({a.sweep_seeds} seeds x {len(a.decays)} decays x "
+                 f"{len(a.sizes)} sizes at U = {a.sweep_budget:,}), ~{t / 3600:.1f} h")
+    total += t
+    grid = [r for r in unique(grid_runs(a, {s[0]: (a.decays[len(a.decays) // 2], a.lrs[0]) for s in a.sizes}))
+            if r.name not in {s.name for s in seen + sweep}]
+    t = seconds_of(a, grid) / a.jobs
+    lines.append(f"phase 2, grid: {len(grid)} runs beyond the sweep's ({', '.join(a.methods)}), ~{t / 3600:.1f} h")
+    total += t
+    lines.append(f"in all ~{total / 3600:.1f} h of training on 2 quiet cores (STEP_MS, from the earlier default's "
+                 "measured steps; +-50%), plus minutes of evaluation and fits")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None):
@@ -314,6 +496,9 @@ def main(argv=None):
 def experiment(a):
     """The four phases of the module docstring; --report-only where the run folders are gone
     renders the records of OUT/report.json."""
+    if a.plan:
+        print(plan(a))
+        return
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
@@ -333,6 +518,16 @@ def train_and_collect(a):
     """Phases 1-3 (training skipped with --report-only) and the records of phase 4 (the fits)."""
     check_budgets(a)
     prov, trained = (None if a.report_only else Provenance(a.out)), 0
+    scan = None
+    if a.scan:
+        runs = scan_runs(a)
+        if not a.report_only:
+            print(f"== phase 0: the scan, {len(runs)} runs", flush=True)
+            trained += len(run_sweep(runs, jobs=a.jobs, threads=a.threads))
+        evaluate_runs([r.folder for r in runs], a.jobs, a.threads)
+        scan = choose(a, runs)
+        print(f"  chosen: {a.epochs:g} epochs, sizes {', '.join(s[0] for s in a.sizes)}, budgets "
+              f"{', '.join(f'{u:,}' for u in a.budgets)}" + (" (fallback: no candidate qualified)" if scan["fallback"] else ""))
     sweep = sweep_runs(a)
     if not a.report_only:
         print(f"== phase 1: weight-decay sweep, {len(sweep)} runs (U = {a.sweep_budget:,}, {a.epochs:g} epochs)", flush=True)
@@ -356,7 +551,7 @@ def train_and_collect(a):
     if prov:
         prov.finish(runs_trained=trained)  # wall and CPU time of training and evaluation, kept across resumptions
     print("== the law fits and the per-token analysis", flush=True)
-    return rep.collect(a, sweep, grid, strong)
+    return rep.collect(a, sweep, grid, strong, scan)
 
 
 if __name__ == "__main__":

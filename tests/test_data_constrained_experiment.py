@@ -15,7 +15,7 @@ BUDGETS = [256, 512, 1024]
 
 
 def argv(text_dir, out):
-    return ["--stage", f"text:{text_dir}", "--sizes", ",".join(SIZES), "--budgets", ",".join(map(str, BUDGETS)),
+    return ["--preset", "earlier", "--stage", f"text:{text_dir}", "--sizes", ",".join(SIZES), "--budgets", ",".join(map(str, BUDGETS)),
             "--epochs", "1", "--block-size", "16", "--batch-size", "4", "--decays", "0.1,1.0", "--seeds", "2",
             "--seeded-sizes", "1", "--laws", "chinchilla,softq", "--fit-methods", "wd,wd+mir", "--jobs", "1", "--threads", "1", "--out", str(out)]
 
@@ -55,7 +55,7 @@ def test_files_and_runs_csv(result):
     scaling.read_runs(out / "runs.csv")  # the format scaling.py reads
     done = [r for r in rep["runs"] if r["status"] == "done"]
     assert len(rows) == len(done) == len(rep["runs"])
-    assert {r["method"] for r in rows} == set(dc.METHODS)
+    assert {r["method"] for r in rows} == set(dc.EARLIER["methods"].split(","))
     # every row is its run: the loss from the run's full-validation evaluation, N and D from its summary
     for row, r in zip(rows, done):
         folder = out / "runs" / r["name"]
@@ -238,3 +238,149 @@ def test_committed_report_rebuilds_byte_identical(tmp_path):
         assert (out / f).read_bytes() == (src / f).read_bytes(), f
     prov = json.loads((out / "report.json").read_text())["provenance"]
     assert prov["runs_trained"] == 135 and prov["commit"].startswith("51f75e6")
+
+
+# ---------------------------------------------------------------------------------------------
+# the authors' preset (the default): their baseline, the scan, the sweep by the mean, the fan-out
+
+def test_authors_preset_is_the_default_with_their_baseline():
+    """dropout 0.1 and an untied head in every run's train.py flags; the sweep has 2 seeds."""
+    a = dc.parse_args(["--no-scan"])
+    assert a.preset == "authors" and a.dropout == 0.1 and a.tie is False and a.sweep_seeds == 2
+    run = dc.make_run(a, "ar", a.sizes[0], a.budgets[0], 1.6, 3e-3, 0)
+    assert run.argv[run.argv.index("--dropout") + 1] == "0.1" and "--no-tie" in run.argv
+    assert run.name.endswith("-do0.1-untied")
+    seeds = {}
+    for r in dc.sweep_runs(a):
+        seeds.setdefault((r.meta["size"], r.meta["wd"]), set()).add(r.meta["seed"])
+    assert all(v == {0, 1} for v in seeds.values()) and {w for _, w in seeds} == {0.1, 0.4, 0.8, 1.6, 3.2}
+    e = dc.parse_args(["--preset", "earlier"])  # the earlier default: its run names and flags as they were
+    r = dc.make_run(e, "ar", e.sizes[0], 8000, 0.4, 3e-3, 0)
+    assert r.name == "ar-L2d32-U8000-wd0.4-lr0.003-s0" and "--dropout" not in r.argv and "--no-tie" not in r.argv
+
+
+def test_untied_head_is_weight_decayed():
+    """model.configure_optimizers: an untied lm_head.weight is in the decayed group; a tied one is
+    the embedding, never decayed."""
+    import torch
+    from model import GPT, GPTConfig
+    for tie in (False, True):
+        m = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16, tie_weights=tie))
+        decay, no_decay = m.configure_optimizers(0.5, 1e-3, (0.9, 0.95), "cpu").param_groups
+        ids = lambda g: {id(p) for p in g["params"]}  # noqa: E731
+        assert decay["weight_decay"] == 0.5 and no_decay["weight_decay"] == 0.0
+        assert (id(m.lm_head.weight) in ids(decay)) == (not tie)
+        assert id(m.transformer.wte.weight) in ids(no_decay)
+    assert isinstance(m.lm_head.weight, torch.nn.Parameter)
+
+
+def test_pick_strong_by_the_mean_over_seeds(tmp_path):
+    """The chosen decay has the lowest mean, not the best single seed."""
+    import json as _json
+    a = dc.parse_args(["--no-scan", "--sizes", "L1d16,L2d16", "--decays", "0.1,1.6", "--out", str(tmp_path)])
+    losses = {(0.1, 0): 2.0, (0.1, 1): 2.6, (1.6, 0): 2.2, (1.6, 1): 2.3}  # best seed 0.1, best mean 1.6
+    sweep = dc.sweep_runs(a)
+    for r in sweep:
+        r.folder.mkdir(parents=True)
+        (r.folder / "val_eval.json").write_text(_json.dumps({"loss": losses[(r.meta["wd"], r.meta["seed"])]}))
+    import experiments.data_constrained as mod
+    old = mod.evaluate_run
+    mod.evaluate_run = lambda f: _json.loads((f / "val_eval.json").read_text())
+    try:
+        assert dc.pick_strong(a, sweep) == {"L1d16": (1.6, 3e-3), "L2d16": (1.6, 3e-3)}
+    finally:
+        mod.evaluate_run = old
+
+
+def scan_rec(obj, size, U, epochs, loss, train_loss, uni=np.exp(4.0)):
+    return dict(obj=obj, size=size, U=U, epochs=epochs, loss=loss, train_loss=train_loss, unigram_val_ppl=uni)
+
+
+def test_scan_choice_rule_on_made_up_records():
+    """ln(unigram) = 4: a size is kept at loss <= 3.7; the two largest kept must overfit by >= 0.3;
+    MDLM must be <= 3.9. Most sizes first, then the smallest U0, then the fewest epochs."""
+    from experiments.lib import data_constrained_scan as sc
+    sizes = ["S", "M", "L", "XL"]
+    recs = []
+    for e in (16, 32):
+        # U0 = 32k: S at the unigram level (3 sizes kept); 64k: all 4 kept, the largest overfit
+        recs += [scan_rec("ar", "S", 32000, e, 3.9, 3.8), scan_rec("ar", "M", 32000, e, 3.5, 3.0),
+                 scan_rec("ar", "L", 32000, e, 3.3, 2.5), scan_rec("ar", "XL", 32000, e, 3.2, 2.0)]
+        recs += [scan_rec("ar", "S", 64000, e, 3.6, 3.5), scan_rec("ar", "M", 64000, e, 3.4, 3.1),
+                 scan_rec("ar", "L", 64000, e, 3.2, 2.8), scan_rec("ar", "XL", 64000, e, 3.1, 2.7 if e == 32 else 2.9)]
+    recs += [scan_rec("mdlm", "S", 32000, 32, 3.95, 3.9), scan_rec("mdlm", "S", 64000, 32, 3.8, 3.7)]
+    out = sc.choose_regime(recs, sizes, dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3))
+    # 64k at 16 epochs: XL overfits by only 0.2; at 32 epochs by 0.4 -> (32, 64k) with all four sizes
+    assert out["choice"] == (32, 64000) and out["sizes"] == sizes
+    by = {(c["epochs"], c["U0"]): c for c in out["candidates"]}
+    assert not by[(16, 64000)]["ok"] and "overfit" in by[(16, 64000)]["why"]
+    assert not by[(16, 32000)]["ok"] and "MDLM" in by[(16, 32000)]["why"]  # MDLM 0.05 below the unigram level
+    assert sc.grid_budgets(64000, 512000) == [64000, 128000, 256000, 512000]
+    none = sc.choose_regime([r for r in recs if r["size"] != "XL"], sizes[:3],
+                            dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=4))
+    assert none["choice"] is None and sc.closest(none)["kept"]
+
+
+def test_fan_out_uncertainty_against_a_known_answer():
+    """gap = 0.2 log10 N + noise: the slope, its standard error (the textbook
+    sqrt(SSE / (n - 2) / Sxx)) and a bootstrap interval around it; noise-free, the interval is the slope."""
+    from experiments.lib.data_constrained_authors import fan_out_summary
+    rng = np.random.default_rng(1)
+    runs, truth = [], {}
+    for n in (1e4, 3e4, 1e5, 3e5, 1e6):
+        for seed in (0, 1):
+            gap = 0.2 * np.log10(n) + rng.normal(0, 0.02)
+            truth[(n, seed)] = gap
+            runs += [dict(method="wd", N=n, U=1000, seed=seed, loss=3.0 + gap), dict(method="wd", N=n, U=8000, seed=seed, loss=3.0)]
+    f = fan_out_summary(runs)
+    x = np.array([np.log10(n) for n, _ in sorted(truth)])
+    y = np.array([truth[k] for k in sorted(truth)])
+    b = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    sse = ((y - y.mean() - b * (x - x.mean())) ** 2).sum()
+    assert f["slope"] == pytest.approx(b) and f["stderr"] == pytest.approx(np.sqrt(sse / 8 / ((x - x.mean()) ** 2).sum()))
+    lo, hi = f["ci95"]
+    assert lo < b < hi and hi - lo < 6 * f["stderr"] and f["clear"] and f["n"] == 10
+    exact = fan_out_summary([dict(r, loss=3.0 + 0.2 * np.log10(r["N"]) if r["U"] == 1000 else 3.0) for r in runs])
+    assert exact["ci95"] == pytest.approx([0.2, 0.2])
+
+
+def test_authors_preset_end_to_end(tmp_path):
+    """The default preset at a tiny size: the scan (fallback), the sweep with 2 seeds, the report's
+    settings, fan_out with its interval, the MDLM arms; --report-only from report.json alone rebuilds it."""
+    import os
+    import shutil
+    from conftest import write_paragraphs
+    old = os.environ.get("PRELUDE_CACHE")
+    os.environ["PRELUDE_CACHE"] = str(tmp_path / "cache")
+    try:
+        text_dir = write_paragraphs(tmp_path / "texts")
+        out = tmp_path / "out"
+        dc.main(["--stage", f"text:{text_dir}", "--scan-sizes", "L1d8,L1d16", "--scan-budgets", "256,512",
+                 "--scan-epochs", "1", "--max-budget", "1024", "--decays", "0.1,1.0", "--block-size", "16",
+                 "--batch-size", "4", "--mdlm-epochs", "1", "--mdlm-budgets", "1", "--laws", "chinchilla",
+                 "--scan-fallback", "--jobs", "1", "--threads", "1", "--out", str(out)])
+        rep = json.loads((out / "report.json").read_text())
+        st = rep["settings"]
+        assert st["preset"] == "authors" and st["dropout"] == 0.1 and st["tie"] is False
+        sw = {}
+        for r in rep["sweep"]:
+            sw.setdefault((r["size"], r["wd"]), []).append(r["seed"])
+        assert sw and all(sorted(v) == [0, 1] for v in sw.values())
+        for size, s in rep["sweep_summary"].items():  # chosen by the mean
+            best = min((r for r in s["rows"] if r["n"]), key=lambda r: r["mean"])
+            assert rep["strong"][size]["wd"] == best["wd"] == s["chosen"]["wd"]
+        assert rep["scan"]["fallback"] and rep["scan"]["budgets"][0] in (256, 512)
+        assert {"slope", "stderr", "p", "ci95", "by_method"} <= set(rep["fan_out"])
+        assert {r["method"] for r in rep["runs"]} == {"wd", "wd+mir", "mdlm-tuned", "mdlm-strong"}
+        assert all(r["wd"] == 3.2 for r in rep["runs"] if r["method"] == "mdlm-strong")
+        assert "regime_check" in rep and "## 0. The scan" in (out / "report.md").read_text()
+        body = {f: (out / f).read_bytes() for f in ("report.md", "report.json")}
+        bare = tmp_path / "bare"
+        shutil.copytree(out, bare, ignore=shutil.ignore_patterns("runs", "provenance.json"))
+        dc.main(["--report-only", "--out", str(bare)])
+        assert {f: (bare / f).read_bytes() for f in body} == body
+    finally:
+        if old is None:
+            os.environ.pop("PRELUDE_CACHE", None)
+        else:
+            os.environ["PRELUDE_CACHE"] = old

@@ -32,6 +32,7 @@ from experiments.lib.common import (ALPHA, COMBINED_RULE, MIN_N, VERDICTS, combi
                                     fmt_p, kept_provenance, mean_std, paired, provenance_line, pyplot, read_summary,
                                     reading, save_figure, settings_json, slope_test, verdict_of, write_json,
                                     write_text)
+from experiments.lib import data_constrained_authors as dca
 from experiments.lib.data_constrained_tokens import per_token
 from experiments.lib.evaluate import evaluate_run
 
@@ -48,14 +49,14 @@ PAPER = {
     "setup": "72M-1.4B parameters, 16-32 epochs, decay tuned 0.4-3.2 (0.2-3.2 by size), AdamW lr 1e-3..1e-2",
 }
 FIGURES = ["mir_gain.png", "laws.png", "ar_vs_mdlm.png", "gain_by_frequency.png", "wd_sweep.png"]
-RECORD_KEYS = ("settings", "strong", "sweep", "runs", "fits", "per_token")
+RECORD_KEYS = ("settings", "strong", "sweep", "runs", "fits", "per_token", "scan")
 AR_METHODS = ("wd", "wd+mir", "ar-weak")  # the fan-out and law claims are the paper's for AR models
 
 
 # ---------------------------------------------------------------------------------------------
 # collect: from the run folders
 
-def collect(a, sweep, grid, strong):
+def collect(a, sweep, grid, strong, scan=None):
     """The records a report is rendered from: the settings (those a report.json kept, if `a` came
     from one; never --report-only), the strong decay per size, one record per sweep run and per
     (method, grid run) with its full-validation loss (evaluate_run, cached in the run folder),
@@ -78,6 +79,7 @@ def collect(a, sweep, grid, strong):
                "sweep": [record(r) for r in sweep], "runs": [record(r) for r in grid]}
     records["fits"] = fit_laws(a.laws, a.fit_methods, records)
     records["per_token"] = per_token(records["runs"], a.out / "runs", a.top_tokens, a.mir_keep_first)
+    records["scan"] = scan
     return records
 
 
@@ -654,6 +656,10 @@ def render(records, out):
     rows = ar_vs_mdlm(records)
     dt = decay_tests(rows, records, a.weak_decay)
     vs = verdicts(records, gains, sizes, slope, fans, ltests, mult, rows, dt)
+    authors = getattr(a, "preset", "earlier") != "earlier"  # the earlier preset's report stays as it was
+    if authors:
+        ax = dca.analyse(records, a, mult)
+        vs = [v for v in vs if not v["claim"].startswith("strong decay")] + dca.verdicts(ax)
     write_text(out / "runs.csv", csv_text(done(records)))
     for m in a.methods:
         write_text(out / f"runs-{m.replace('+', '_')}.csv", csv_text(done(records, m)))
@@ -669,7 +675,12 @@ def render(records, out):
               f"Each claim is read by one rule: a difference counts only at p < {ALPHA:g} with n >= {MIN_N} on each "
               "side (paired t-tests by seed or by cell, slope tests; Welch's test beside the paired one in section 2). "
               + COMBINED_RULE, ""] + verdict_table(vs)
-    lines += setup_lines(a, records) + sweep_lines(a, records) + ml + ll + multiplier_lines(mult) + token_lines(tok, a) + dl
+    if authors:
+        lines += (dca.baseline_lines(a) + setup_lines(a, records) + dca.regime_lines(ax) + dca.scan_lines(records.get("scan"))
+                  + dca.sweep_lines(a, ax) + ml + ll + dca.fan_lines(ax) + multiplier_lines(mult)
+                  + dca.multiplier_text(ax["multiplier"]) + token_lines(tok, a) + dca.mdlm_lines(a, ax))
+    else:
+        lines += setup_lines(a, records) + sweep_lines(a, records) + ml + ll + multiplier_lines(mult) + token_lines(tok, a) + dl
     lines += ["## Reading", "",
               "Every effect named above is a generated reading of the rule; where it says \"no clear difference\" "
               "these runs do not tell the two apart." +
@@ -683,12 +694,16 @@ def render(records, out):
     text = "\n".join(lines)
     figures = plot_all(a, records, fits, gains, tok, rows)
     write_text(out / "report.md", text)
+    extra = {} if not authors else {
+        "fan_out": dict(ax["fan_out"] or {}, by_method=fans, wd_mir=ax["fan_out_mir"]), "scan": records.get("scan"),
+        "regime_check": ax["regime"], "sweep_summary": ax["sweep"], "multiplier_uncertainty": ax["multiplier"],
+        "ar_vs_mdlm": ax["mdlm"], "decay_tests": ax["mdlm_tests"]}
     write_json(out / "report.json", {
         "source": SOURCE, "regime": regime(a, records), "figures": figures, "verdicts": vs, "provenance": prov,
         "paper": PAPER, **{k: records[k] for k in ("settings", "strong", "sweep", "runs", "fits")},
         "best_law": best, "fan_out": fans, "law_tests": ltests, "mir_gain": gains,
         "mir_gain_summary": {"per_size": sizes, "slope": slope}, "multipliers": mult, "per_token": tok,
-        "ar_vs_mdlm": rows, "ar_vs_mdlm_summary": mdlm_summary, "decay_tests": dt})
+        "ar_vs_mdlm": rows, "ar_vs_mdlm_summary": mdlm_summary, "decay_tests": dt, **extra})
     return text
 
 
