@@ -4,13 +4,40 @@ arXiv 2604.21265 ("Listen and Chant Before You Read"): music then poetry before 
 (349.0 ladder vs 373.2 music only vs 423.0 random init, p < 0.001); music alone is 26% lower after the first
 prose epoch and 11.8% after convergence.
 
-    python experiments/ladder.py --quick           # smoke version, a few minutes: every condition, d16, 2 seeds
-    python experiments/ladder.py                   # the default (see DEFAULT below; ~55 min on 2 quiet cores)
-    python experiments/ladder.py --full            # every condition, d 16/32/64, 5 seeds (many hours on a CPU)
+    python experiments/ladder.py --plan            # the default's runs and estimated time (~2.8-3.8 h, below)
+    python experiments/ladder.py                   # the default: --preset contributions, the six contributions
+    python experiments/ladder.py --quick           # its smoke version, a few minutes: every condition, d16, 2 seeds
+    python experiments/ladder.py --preset subset   # the earlier default (65,536 prose tokens; ~55 min)
+    python experiments/ladder.py --full            # every condition, d 16/32/64, 5 seeds (~12-17 h on a CPU)
     python experiments/ladder.py --paper --plan    # the GPU preset (WikiText-103, MAESTRO), printed, not run
-    python experiments/ladder.py --plan            # any of the above: list the runs and estimated time only
     python experiments/ladder.py --report-only     # rebuild report.md / report.json / PNGs from finished runs
     python experiments/ladder.py --report-only --out experiments/results/ladder   # from report.json alone
+
+The default, --preset contributions: each of the paper's six contributions beside its own number
+(experiments/lib/ladder_contributions.py): 1. music vs random (26% after the first epoch, 11.8% at the end);
+2. real music at N chunks vs synthetic at 3N (the same ceiling with a third of the data); 3. poetry after music
+is additive (ladder 17.5% below random; compute-matched still 5.0% behind the ladder); 4. the mechanism is
+orthogonal (music's attention / MLP alone; the ladder with its poetry-trained embeddings re-initialised);
+5. capacity-dependent volume (N vs 3N: -3.1% / +3.3% / +6.1% at d16 / 32 / 64); 6. the gap at the plateau (d64,
+5.5%). Conditions random, music, ladder, synthetic, compute-matched, volume-small, volume-large (= music's runs),
+volume-large-synthetic, ablation-attn/-mlp/-norm, ablation-embed at d16; volume-small / volume-large also at
+--capacity-widths 32, 64; long-random / long-ladder at d64; 3 seeds (5 for the headline rows random, music,
+ladder would add ~31 CPU-min, ~15-21 min: --headline-seeds 5; the default leaves it out to stay near 3 h).
+Prose: the first 655,360 training tokens of wiki-leads (two thirds of its 990,088; 320 steps of 16 x 128 per
+epoch), 2 epochs; music and poetry 600 steps each at 16 x 128, as the reference run of this code at d16 (the
+whole prose for 2 epochs: random 779 after epoch 1, well below the unigram 2,295; music -13.6%, ladder -27.5%).
+Two thirds rather than all of it keeps the default near 3 h; the compute-matched control then repeats the
+prose 1,840 / 320 = 5.75 times (the 65,536-token subset was repeated 14 times and overfitted by +166% at d16;
+report.json's `checks` say whether this one does). Long pair: at most 3 epochs, patience 1 evaluation.
+Music volume: the paper's 12k vs 36k MAESTRO chunks keep their 1 : 3 ratio on the offline music21 corpus,
+which holds 4,038 training chunks of 129 tokens: 3N = 4,038 (all of it), N = 1,346; 600 steps x 16 chunks =
+9,600 draws, 2.4 passes over 3N and 7.1 over N (the paper: 2 passes over 36k). `--plan` estimates 81 runs,
+~336 CPU-min = ~168 min with --jobs 2 on 2 quiet cores from the per-token costs, ~225 min at the reference
+run's ratio of measured to estimated time (REFERENCE_FACTOR 43 / 32); a shared machine is slower.
+The report adds to the table below: `contributions` (each with its claims, Welch test, the paired test by
+seed as a second reading, and a combined verdict), `checks` (random's first epoch below `prose_unigram_ppl`,
+the compute-matched control within 5% of its best epoch, the long pair at a plateau) and music.png (a real
+piece of the music stage beside one sampled from the d16 music run, as piano rolls).
 
 Conditions (--conditions; the baseline each compares with is added automatically):
   random                  prose only (the baseline)
@@ -37,42 +64,33 @@ Every prose run is stage 0 of its own run, so at one seed every condition sees t
 order (train.py keys them by --seed and stage index), and every run, whatever its seed, is evaluated on the same
 validation windows (keyed by --data-seed); evaluations measure the validation split only (--eval-splits val).
 
-Budgets (our choices; each is a flag). The paper counts prose EPOCHS (5 after the ladder):
-- prose: a fixed subset, the first --prose-tokens training tokens of the prose stage (default 65,536 = 64 steps
-  of 8 x 128 tokens; --unique-tokens in train.py; the same subset for every run), trained for --prose-epochs (5)
+Budgets of --preset subset, the earlier default (our choices; each is a flag). The paper counts prose EPOCHS:
+- prose: a fixed subset, the first --prose-tokens training tokens of the prose stage (65,536 = 64 steps of
+  8 x 128 tokens; --unique-tokens in train.py; the same subset for every run), trained for --prose-epochs (5)
   epochs with an evaluation at the end of every epoch (--eval-interval = steps per epoch), so ppl_first_epoch is
-  exactly after the first epoch and ppl_final after the last. --eval-iters 24 batches of 8 x 128 tokens per
-  evaluation (~25k of the ~50k validation tokens of wiki-leads, random windows, the same windows for every
-  condition at one seed). The full wiki-leads corpus (~990k tokens) x 5 epochs x every run does not fit 2 cores.
+  exactly after the first epoch and ppl_final after the last (both presets). --eval-iters 24 batches per
+  evaluation (random validation windows, the same windows for every condition at one seed).
 - music: --music-steps (400) steps of 8 x 128 tokens on --music-chunks N (1,340) or 3N (4,020) chunks of 129
-  tokens: the paper's 12k vs 36k scaled to the offline music21 corpus, which holds 4,038 training chunks (3N
-  must fit). The step count is the same for N and 3N (the volume conditions differ in unique data only: ~0.8
-  epoch over 3N, ~2.4 epochs over N). The `music` condition uses the 3N chunks (it is volume-large).
-- poetry: --poetry-steps (200) steps of 8 x 128 tokens (~205k tokens of the 34M-token Gutenberg Poetry corpus,
-  no repetition; the paper gives no poetry budget).
+  tokens. The step count is the same for N and 3N (the volume conditions differ in unique data only).
+  The `music` condition uses the 3N chunks (it is volume-large).
+- poetry: --poetry-steps (200) steps of 8 x 128 tokens of the Gutenberg Poetry corpus, no repetition (the
+  paper gives no poetry budget).
 - compute-matched: music + poetry + prose steps of the ladder (400 + 200 + 320 = 920 prose steps, ~14 epochs
   of the same subset), evaluated every epoch too.
 - long-run pair: cosine over at most --long-epochs (30) epochs, stopped by train.py --patience (3 epochs
   without a new best validation loss); ppl_final is the best validation perplexity (the plateau), and the
   long pair is compared with long-random, not random.
-- model: 4 layers, 4 heads, context 128, widths d in {16, 32, 64} (non-embedding params 12.5k-200k; the
-  paper's "up to ~400K"), AdamW lr 3e-3, 20 warmup steps then cosine to 3e-4 in every stage, weight decay 0.1.
-- seeds vary init and batch order; --data-seed (0) fixes the data (music chunk selection, synthetic music).
+- model (both presets): 4 layers, 4 heads, context 128, widths d in {16, 32, 64} (non-embedding params
+  12.5k-200k; the paper's "up to ~400K"), AdamW lr 3e-3, 20 warmup steps then cosine to 3e-4 in every stage,
+  weight decay 0.1. Seeds vary init and batch order; --data-seed (0) fixes the data (music chunk selection,
+  synthetic music).
+- its conditions: random, music, ladder, compute-matched at d = 16, 32, 64, 3 seeds; 54 runs, ~88 CPU-min by
+  --plan (CPU_S_PER_KTOK below, measured with 1-thread runs and process_time). Checked against whole runs
+  (CPU time of `--jobs 1 --threads 1` sweeps): random prose d64 133 s measured vs 137 s estimated.
 
-The default (sized for ~45-60 min on 2 quiet cores with --jobs 2): conditions random, music, ladder,
-compute-matched at d = 16, 32, 64, 3 seeds: the headline comparison (random / music / ladder, first epoch and
-final), the compute-matched control and the width trend; 54 runs incl. the shared pre-training. Estimated
-~55 min: `--plan` sums per-run CPU costs (CPU_S_PER_KTOK below, measured with 1-thread runs and process_time, so
-a loaded machine does not inflate them) to ~101 CPU-min = ~50 min on 2 cores, plus wave tails and worker start.
-Checked against whole default runs (CPU time of `--jobs 1 --threads 1` sweeps, imports and report included):
-random prose d64: 133 s measured vs 137 s estimated; random + music + poetry + ladder at d32: 261 s vs 243 s.
-On the shared machine wall times were 5-7x the CPU times (load average ~10); expect the default to take longer
-there. The rest of the grid is `--full` (every condition, d 16/32/64, 5 seeds: 310 runs, ~4.8 h estimated on 2
-cores), or pick with --conditions / --widths / --seeds. `--quick`: every condition at d16, 2 seeds, tiny
-budgets: 44 runs, ~3.5 min here under load.
-
---full writes to out/ladder like the default and reuses its finished runs (the same flags), so it extends a
-default sweep rather than repeating it.
+--full: every condition, d 16/32/64, 5 seeds over the default's budgets (310 runs; out/ladder, so it reuses the
+default's finished runs, the same flags); `--preset subset --full` the same over the subset's budgets. `--quick`:
+every condition at d16 (volume pair also d32), 2 seeds, tiny budgets: 52 runs, minutes.
 
 --paper (a GPU; `--paper --plan` prints it): WikiText-103 in full through train.py --prose wikitext103 (the
 official archive, downloaded; no --unique-tokens), 5 prose epochs at batch 32 x 128, MAESTRO v3 (--music-dir
@@ -172,20 +190,20 @@ def parse_args(argv=None):
                    help=f"seeds of the headline rows ({', '.join(HEADLINE)}) at --widths when more than --seeds "
                         f"(contributions: {CONTRIBUTIONS['headline_seeds']}; 0 = --seeds)")
     p.add_argument("--data-seed", type=int, default=0, help="train.py --data-seed for every run (default 0)")
-    g = p.add_argument_group("budgets (defaults in the module docstring; --quick and --paper set their own)")
+    g = p.add_argument_group("budgets (each preset's in the module docstring; --quick and --paper set their own)")
     g.add_argument("--prose-tokens", type=int, default=None,
                    help="the prose subset: the first U training tokens, rounded to whole steps "
-                        "(default 65536; 0 = all)")
-    g.add_argument("--prose-epochs", type=int, default=None, help="prose epochs (default 5, the paper's)")
+                        "(contributions 655360, subset 65536; 0 = all)")
+    g.add_argument("--prose-epochs", type=int, default=None, help="prose epochs (contributions 2, subset 5 as the paper)")
     g.add_argument("--music-steps", type=int, default=None,
-                   help="steps of every music stage, real and synthetic (default 400)")
-    g.add_argument("--poetry-steps", type=int, default=None, help="steps of every poetry stage (default 200)")
+                   help="steps of every music stage, real and synthetic (contributions 600, subset 400)")
+    g.add_argument("--poetry-steps", type=int, default=None, help="steps of every poetry stage (contributions 600, subset 200)")
     g.add_argument("--music-chunks", type=int, default=None,
-                   help="N: volume-small uses N chunks, every other music stage 3N (default 1340; 3N <= 4,038)")
+                   help="N: volume-small uses N chunks, every other music stage 3N (contributions 1346, subset 1340; 3N <= 4,038)")
     g.add_argument("--long-width", type=int, default=None, help="width of the long-run pair (default 64)")
-    g.add_argument("--long-epochs", type=int, default=None, help="most prose epochs of the long-run pair (default 30)")
+    g.add_argument("--long-epochs", type=int, default=None, help="most prose epochs of the long-run pair (contributions 3, subset 30)")
     g.add_argument("--patience", type=int, default=None,
-                   help="long-run pair: stop after this many epochs without a new best val loss (default 3)")
+                   help="long-run pair: stop after this many epochs without a new best val loss (contributions 1, subset 3)")
     g.add_argument("--eval-iters", type=int, default=None, help="batches per prose evaluation (default 24)")
     g.add_argument("--pre-eval-iters", type=int, default=None,
                    help="batches of the pre-training stages' one evaluation (default 10)")
@@ -193,7 +211,7 @@ def parse_args(argv=None):
     for flag, kind in (("batch-size", int), ("block-size", int), ("n-layer", int), ("n-head", int), ("lr", float),
                        ("warmup-iters", int)):
         g.add_argument(f"--{flag}", type=kind, default=None,
-                       help=f"train.py --{flag} (default {SETTINGS[flag.replace('-', '_')]})")
+                       help=f"train.py --{flag} (default {CONTRIBUTIONS.get(flag.replace('-', '_'), SETTINGS[flag.replace('-', '_')])})")
     g = p.add_argument_group("data (stage names; tests point them at small offline corpora)")
     g.add_argument("--prose", default=None, help="train.py --prose: wiki-leads (default), wikitext2, wikitext103")
     g.add_argument("--prose-stage", default="prose", help="stage name of the prose runs (default prose)")

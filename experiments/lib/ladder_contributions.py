@@ -56,9 +56,11 @@ def contributions(verdict_list, paired_text):
     out = []
     for n, title, paper, claims in SIX:
         vs = [by_claim[c] for c in claims if c in by_claim]
+        each = lambda texts: " ".join(f"({'abc'[i]}) {t}" for i, t in enumerate(texts)) if len(texts) > 1 else \
+            "".join(texts)  # (a), (b): the claims in order (a table cell cannot hold a '|')
         out.append({"contribution": n, "title": title, "paper": paper, "claims": claims,
-                    "ours": " | ".join(v["ours"] for v in vs), "test": " | ".join(v["test"] for v in vs),
-                    "paired": " | ".join(paired_text.get(c, "-") for c in claims),
+                    "ours": each([v["ours"] for v in vs]), "test": each([v["test"] for v in vs]),
+                    "paired": each([paired_text.get(c, "-") for c in claims]),
                     "verdict": common.combined_verdict([v["verdict"] for v in vs])})
     return out
 
@@ -98,8 +100,9 @@ def check_plateau(records):
         return {"check": check, "holds": None, "detail": "not measured"}
     stopped = [r for r in runs if r.get("stopped_early")]
     return {"check": check, "holds": len(stopped) == len(runs),
-            "detail": f"{len(stopped)} of {len(runs)} runs stopped early; the others ran to the cap, so their "
-                      "best perplexity is the best within the cap"}
+            "detail": f"{len(stopped)} of {len(runs)} runs stopped early" + (
+                "" if len(stopped) == len(runs) else "; the others ran to the cap, so their best perplexity is the "
+                                                     "best within the cap")}
 
 
 def checks(records, unigram):
