@@ -2,11 +2,42 @@
 Data-constrained grid: AR with a tuned strong weight decay vs + MIR, and the masked-diffusion baseline, many epochs on fixed unique data; the scaling laws fitted to it.
 Xu et al., arXiv 2606.06888 (github.com/yixinw-lab/dc_pretrain): MIR lowers the validation loss at every size (more at larger sizes) and is worth ~1.3x unique data; SoftQ fits and extrapolates best; strong decay tuned for AR closes most of the AR-dLLM gap.
 
-    python experiments/data_constrained.py --quick         # the pipeline end to end, ~4 min here
-    python experiments/data_constrained.py                 # the default grid (estimate below)
+    python experiments/data_constrained.py --plan          # the phases, their runs, the estimated time
+    python experiments/data_constrained.py --quick         # the pipeline end to end, minutes
+    python experiments/data_constrained.py                 # the default (--preset authors), ~2.7 h (--plan)
+    python experiments/data_constrained.py --preset earlier  # the earlier default (described below)
     python experiments/data_constrained.py --report-only   # rebuild the report from finished runs
     python experiments/data_constrained.py --report-only --out experiments/results/data_constrained
                                                            # ... or from report.json alone (runs gone)
+
+The default, --preset authors: the authors' baseline in a regime where the law can fan out.
+- Their baseline: dropout 0.1 (dc_pretrain dcp/model.py:95; dcp/train4_diffusionauxiliary_impl.py:108) and
+  an untied LM head (dcp/model.py:194, its own Linear) that is weight-decayed (their setup_optimizer,
+  dcp/train4_diffusionauxiliary_impl.py:314-333, decays everything but embeddings, norms and biases; ours,
+  model.configure_optimizers, puts an untied lm_head.weight in the decayed group): --dropout 0.1 --no-tie
+  on every run, in report.json `settings` (dropout, tie). Decays 0.1-3.2 (theirs 0.4-3.2 by size,
+  scripts/all5models_baseline.sh:21-25), 2 sweep seeds, the decay with the lowest MEAN chosen, shown
+  beside the spread of the means and the seed std.
+- Phase 0, the scan (experiments/lib/data_constrained_scan.py, its rule there): AR at decay 0.1, seed 0,
+  sizes L2d32 .. L6d128 x U0 in 32k, 64k, 128k x 16 and 32 epochs, and MDLM (32 epochs) at the smallest
+  size; it keeps the sizes >= 0.3 nats below ln(unigram perplexity) at U0 and needs the two largest to
+  overfit U0 (validation - training >= 0.3 nats) and MDLM >= 0.1 nats below the unigram level; the grid
+  is then U0, 2 U0, ... 512k (the music stage has 521k training tokens) at the chosen epochs; the sweep
+  runs at U0 (where regularisation matters most; its runs are grid cells). No qualifying candidate is a
+  one-line error (--scan-fallback takes the closest; --quick does).
+- Music, not prose: prose at these sizes sits at the unigram level (measured below) and its 50k-row head
+  costs 2-4x a music step; on music the earlier default's models were 0.3-1.4 nats below ln(46) = 3.83.
+- Methods wd, wd+mir (2 seeds each at every size), mdlm-tuned (MDLM at the AR-tuned decay) and
+  mdlm-strong (MDLM at --mdlm-strong-decay 3.2), MDLM 32 epochs on the 2 smallest budgets (long enough
+  to leave the unigram level, the scan checks it at U0; the report checks every run).
+- Report additions (experiments/lib/data_constrained_authors.py): the regime check, the scan table, the
+  sweep by mean, a top-level `fan_out` (the wd slope test with a 95% bootstrap CI), MIR's multiplier with
+  its bootstrap CI, MDLM strong vs tuned paired by cell.
+- Time (--plan, STEP_MS from the earlier default's measured steps, +-50%): scan ~0.4 h, sweep ~0.2 h,
+  grid ~2.1 h at the expected choice (4 sizes, 64k-512k, 16 epochs): ~2.7 h on 2 quiet cores.
+
+The rest of this docstring describes the phases and the earlier default (--preset earlier:
+dropout 0, tied head, one sweep seed, no scan; experiments/results/data_constrained was made with it).
 
 Phases (every run is train.run in its own folder OUT/runs/<name>/, skipped when finished, resumed
 from its last checkpoint when interrupted: experiments.lib.common.run_sweep; a run's name is its

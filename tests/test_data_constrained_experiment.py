@@ -374,6 +374,10 @@ def test_authors_preset_end_to_end(tmp_path):
         assert {r["method"] for r in rep["runs"]} == {"wd", "wd+mir", "mdlm-tuned", "mdlm-strong"}
         assert all(r["wd"] == 3.2 for r in rep["runs"] if r["method"] == "mdlm-strong")
         assert "regime_check" in rep and "## 0. The scan" in (out / "report.md").read_text()
+        # MIR's and MDLM's untied heads have a [MASK] row (N is d larger): cells still pair by size
+        assert rep["multipliers"]["chinchilla"]["test"]["n"] == len(rep["multipliers"]["chinchilla"]["wd+mir"]["cells"])
+        assert rep["ar_vs_mdlm"] and all(r["gap_tuned"] is not None and r["gap_strong"] is not None
+                                         for r in rep["ar_vs_mdlm"])
         body = {f: (out / f).read_bytes() for f in ("report.md", "report.json")}
         bare = tmp_path / "bare"
         shutil.copytree(out, bare, ignore=shutil.ignore_patterns("runs", "provenance.json"))

@@ -70,11 +70,11 @@ def multiplier_uncertainty(mult, law="softq"):
     res = (mult or {}).get(law) or {}
     if "wd+mir" not in res:
         return None
-    own = {(c["N"], c["U"]): c["multiplier"] for c in res.get("wd", {}).get("cells", [])}
+    own = {(c["size"], c["U"]): c["multiplier"] for c in res.get("wd", {}).get("cells", [])}  # by size: MIR's N is d larger
     fin = lambda x: x is not None and math.isfinite(x) and x > 0  # noqa: E731
     logs = [math.log(c["multiplier"]) for c in res["wd+mir"]["cells"] if fin(c["multiplier"])]
-    d = [math.log(c["multiplier"]) - math.log(own[(c["N"], c["U"])]) for c in res["wd+mir"]["cells"]
-         if fin(c["multiplier"]) and fin(own.get((c["N"], c["U"])))]
+    d = [math.log(c["multiplier"]) - math.log(own[(c["size"], c["U"])]) for c in res["wd+mir"]["cells"]
+         if fin(c["multiplier"]) and fin(own.get((c["size"], c["U"])))]
     gm = lambda xs: math.exp(statistics.mean(xs)) if xs else None  # noqa: E731
     ci = lambda xs: [math.exp(v) for v in bootstrap_ci(xs, statistics.mean)] if bootstrap_ci(xs, statistics.mean) else None  # noqa: E731
     return dict(law=law, geomean=gm(logs), ci95=ci(logs), cells=len(logs), calibrated=gm(d), calibrated_ci95=ci(d),
@@ -125,10 +125,13 @@ def mdlm_rows(runs):
     by = {}
     for r in runs:
         if r["method"] in ("wd", "mdlm-tuned", "mdlm-strong") and r["seed"] == 0:
-            c = by.setdefault((r["N"], r["U"]), dict(size=r["size"], N=r["N"], U=r["U"]))
+            # by size, not N: MDLM's [MASK] row makes an untied head (a non-embedding matrix) d larger
+            c = by.setdefault((r["size"], r["U"]), dict(size=r["size"], N=r["N"], U=r["U"]))
             c[r["method"]], c[f"wd_{r['method']}"] = r["loss"], r["wd"]
+            if r["method"] == "wd":
+                c["N"] = r["N"]
     rows = []
-    for _, c in sorted(by.items()):
+    for c in sorted(by.values(), key=lambda c: (c["N"], c["U"])):
         if "mdlm-tuned" in c or "mdlm-strong" in c:
             g = lambda m: c[m] - c["wd"] if m in c and "wd" in c else None  # noqa: E731
             c.update(gap_tuned=g("mdlm-tuned"), gap_strong=g("mdlm-strong"))

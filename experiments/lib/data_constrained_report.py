@@ -279,10 +279,11 @@ def multipliers(fits, records):
                            "geomean": float(np.exp(np.log(ok).mean())) if len(ok) else None,
                            "median": float(np.median(ok)) if len(ok) else None, "finite": int(len(ok)), "n": len(m)}
         if "wd+mir" in res and "wd" in res:  # MIR's cells against the baseline's own, log multiplier, by cell
-            own = {(c["N"], c["U"]): c["multiplier"] for c in res["wd"]["cells"]}
-            pairs = [(math.log(c["multiplier"]), math.log(own[(c["N"], c["U"])])) for c in res["wd+mir"]["cells"]
-                     if (c["N"], c["U"]) in own and c["multiplier"] > 0 and own[(c["N"], c["U"])] > 0
-                     and math.isfinite(c["multiplier"]) and math.isfinite(own[(c["N"], c["U"])])]
+            # by size, not N: with an untied head MIR's [MASK] row makes its N d larger than the baseline's
+            own = {(c["size"], c["U"]): c["multiplier"] for c in res["wd"]["cells"]}
+            pairs = [(math.log(c["multiplier"]), math.log(own[(c["size"], c["U"])])) for c in res["wd+mir"]["cells"]
+                     if (c["size"], c["U"]) in own and c["multiplier"] > 0 and own[(c["size"], c["U"])] > 0
+                     and math.isfinite(c["multiplier"]) and math.isfinite(own[(c["size"], c["U"])])]
             res["test"] = paired([p for p, _ in pairs], [q for _, q in pairs], higher_is_better=True)
         out[law] = res
     return out
@@ -470,9 +471,9 @@ def multiplier_lines(mult):
                 if "test" in res else "")
         lines += [f"- under the wd {law} fit: wd+mir {summ('wd+mir')}; wd itself {summ('wd')}{test}."]
     if "softq" in mult and "wd+mir" in mult["softq"]:
-        own = {(c["N"], c["U"]): c["multiplier"] for c in mult["softq"].get("wd", {}).get("cells", [])}
+        own = {(c["size"], c["U"]): c["multiplier"] for c in mult["softq"].get("wd", {}).get("cells", [])}
         lines += ["", "| size | U | wd+mir (SoftQ) | wd's own cell |", "|---|---|---|---|"]
-        lines += [f"| {c['size']} | {c['U']:,} | {fmt(c['multiplier'], '{:.2f}x')} | {fmt(own.get((c['N'], c['U'])), '{:.2f}x')} |"
+        lines += [f"| {c['size']} | {c['U']:,} | {fmt(c['multiplier'], '{:.2f}x')} | {fmt(own.get((c['size'], c['U'])), '{:.2f}x')} |"
                   for c in mult["softq"]["wd+mir"]["cells"]]
     return lines + [""]
 
