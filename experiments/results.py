@@ -60,7 +60,7 @@ def breakdown_table(rep):
         return []
     depth = {(d["norm"], d["depth"]): d for d in b["depth"]}
     lines = ["| placement | L | baseline | + ProRes | Welch p | paired p | failed: base / ProRes | the baseline "
-             "breaks | ProRes |", "|---|---|---|---|---|---|---|---|---|"]
+             "breaks | does ProRes prevent it |", "|---|---|---|---|---|---|---|---|---|"]
     for c in b["loss"]:
         d = depth.get((c["norm"], c["depth"]))
         f = c["failures"]
@@ -69,7 +69,7 @@ def breakdown_table(rep):
                      f"{bare_p(c['welch']['p'])} | {bare_p(c['paired']['p'])} | "
                      f"{f['base']['nan'] + f['base']['stuck']}/{f['base']['runs']} / "
                      f"{f['prores']['nan'] + f['prores']['stuck']}/{f['prores']['runs']} | {breaks} | "
-                     f"{'-' if d is None else d['verdict']} |")
+                     f"{'-' if d is None else d['verdict'] if d['baseline_breaks'] else '(nothing to prevent)'} |")
     return lines
 
 

@@ -390,7 +390,7 @@ def test_experiment_end_to_end_tiny(cache, tmp_path, capsys):
         assert r["steps"] == 6 and r["logged_steps"] == list(range(1, 7)) and r["loss_spikes"] == count_spikes(r["loss"], 2, 1.1)
         assert r["grad_spikes"] == count_spikes(r["grad_norm"], 2, 3.0)
         assert r["max_grad_norm"] == max(r["grad_norm"])
-        assert len(r["act_rms"]) == r["depth"] + 1 and r["act_growth"] == r["act_rms"][-1] / r["act_rms"][1]
+        assert len(r["act_rms"]) == r["depth"] and r["act_growth"] == r["act_rms"][-1] / r["act_rms"][0]
     md = (out / "report.md").read_text()
     table = md.split("### Final validation loss")[1].split("###")[0]
     for norm, name in (("pre", "Pre-LN"), ("post", "Post-LN")):
@@ -580,9 +580,9 @@ def test_breakdown_preset_report_tiny(cache, tmp_path):
         for k in ("norm", "prores", "depth", "lr", "seed", "steps", "val_loss", "best_val_loss", "loss_spikes",
                   "max_grad_norm", "failure"):
             assert k in r, k
-        assert len(r["act_rms"]) == r["depth"] + 1 and r["act_rms_steps"] == [3, 6]
-        assert [len(x) for x in r["act_rms_curve"]] == [r["depth"] + 1] * 2
-        assert r["act_fit"] == growth_fit(r["act_rms"]) and r["act_fit"]["better"] in ("exponential", "power")
+        assert len(r["act_rms"]) == r["depth"] and r["act_rms_steps"] == [3, 6]  # one value per layer
+        assert [len(x) for x in r["act_rms_curve"]] == [r["depth"] + 1] * 2  # as logged: embeddings first
+        assert r["act_fit"] == growth_fit([r["embed_rms"]] + r["act_rms"]) and r["act_fit"]["better"] in ("exponential", "power")
         assert r["act_fit_curve"]["b"] == [pytest.approx(growth_fit(x)["b"]) for x in r["act_rms_curve"]]
         assert r["failure"] == ("stuck" if r["val_loss"] >= r["unigram_loss"] - 0.1 else None)
     # the loss table: Welch's and the paired p from the runs' own final losses, as the table prints them

@@ -81,6 +81,15 @@ class Data:
         return args
 
 
+def stream_rms(r):
+    """The residual stream's RMS after the embeddings and after each block of a run's final model
+    (L + 1 floats), or None: records keep the embeddings' apart (embed_rms) and one value per layer
+    in act_rms; the committed depth report's older records keep all L + 1 in act_rms."""
+    if r.get("act_rms") is None:
+        return None
+    return [r["embed_rms"]] + list(r["act_rms"]) if "embed_rms" in r else r["act_rms"]
+
+
 def logged_steps(r):
     """The step of each logged loss of a run record (older records kept that list in `steps`)."""
     return r["logged_steps"] if "logged_steps" in r else r["steps"]
@@ -90,8 +99,9 @@ def analyse_run(a, run, data):
     """Every number of one finished run (None if it has not finished): its losses, curves,
     spikes, largest gradient norm (with its step, and the largest after the lr warmup: a
     plain-init baseline's largest is often its very first), failure (lib/prores_breakdown's
-    definitions), the residual-stream RMS after each block of its final model (act_rms, L + 1
-    floats) and at every evaluation (act_rms_curve at act_rms_steps, as train.py logged them),
+    definitions), the residual-stream RMS after each block of its final model (act_rms, one value
+    per layer; embed_rms after the embeddings) and at every evaluation (act_rms_curve at
+    act_rms_steps, as train.py logged them),
     and the log-RMS fits of both (lib/prores_growth)."""
     s, diverged = read_summary(run.folder), (run.folder / "diverged.json").exists()
     if s is None and not diverged:
@@ -117,16 +127,18 @@ def analyse_run(a, run, data):
     r["failed"] = r["diverged"] or r["val_loss"] is None or r["val_loss"] >= r["unigram_loss"] - a.stuck_margin
     try:
         model, _ = stage_model(run.folder, 0, args.stages)
-        r["act_rms"] = activation_rms(model, data.batch)
+        rms = activation_rms(model, data.batch)
+        r["embed_rms"], r["act_rms"] = rms[0], rms[1:]  # act_rms: one value per layer (after each block)
     except FileNotFoundError:  # a run that diverged before its stage checkpoint
-        r["act_rms"] = None
-    r["act_growth"] = r["act_rms"][-1] / r["act_rms"][1] if r["act_rms"] and len(r["act_rms"]) > 1 else None
+        r["embed_rms"] = r["act_rms"] = None
+    rms = stream_rms(r)
+    r["act_growth"] = rms[-1] / rms[1] if rms and len(rms) > 1 else None
     acts = [e for e in ev if e.get("act_rms")]
     after = [g for t, g in zip(r["logged_steps"], gn) if t > args.warmup_iters]  # the initial gradient left out
     r.update(max_grad_norm_step=r["logged_steps"][int(np.argmax(gn))] if gn else None,
              max_grad_norm_after_warmup=max(after) if after else None)
     r.update(failure=bd.failure_of(r, a.stuck_margin), act_rms_steps=[e["iter"] for e in acts],
-             act_rms_curve=[e["act_rms"] for e in acts], act_fit=growth_fit(r["act_rms"]),
+             act_rms_curve=[e["act_rms"] for e in acts], act_fit=growth_fit(stream_rms(r)),
              act_fit_curve=growth_curve([e["act_rms"] for e in acts]))
     return r
 
@@ -397,7 +409,7 @@ def activation_table(a, recs, d):
         for pr in (False, True):
             rs = [r for r in cell(recs, norm=norm, prores=pr, depth=d) if r["act_rms"]]
             if rs:
-                m = np.mean([r["act_rms"] for r in rs], axis=0)
+                m = np.mean([stream_rms(r) for r in rs], axis=0)
                 rows.append(f"| {label(norm, pr)} | " + " | ".join(f"{m[l]:.3g}" for l in layers) + " |")
     return rows + [""]
 
@@ -609,7 +621,7 @@ def plot(a, srecs, recs, depths, rich=False):
     def acts(ax, rs, kw):
         rs = [r for r in rs if r["act_rms"]]
         if rs:
-            ax.plot(np.mean([r["act_rms"] for r in rs], axis=0), marker=".", ms=3, **kw)
+            ax.plot(np.mean([stream_rms(r) for r in rs], axis=0), marker=".", ms=3, **kw)
             ax.set_xlabel("layer (0 = embeddings)")
 
     def curve(key, smooth):
