@@ -545,6 +545,17 @@ def experiment(a):
     print(f"\nwrote {a.out / 'report.md'}, report.json, runs.csv and the PNGs ({time.time() - t0:.0f} s in all)")
 
 
+def train_phase(a, runs, title):
+    """Train a phase's unfinished runs (not with --report-only), then evaluate every one of them on
+    the whole validation split; returns how many were trained now."""
+    trained = 0
+    if not a.report_only:
+        print(title, flush=True)
+        trained = len(run_sweep(runs, jobs=a.jobs, threads=a.threads))
+    evaluate_runs([r.folder for r in runs], a.jobs, a.threads)
+    return trained
+
+
 def train_and_collect(a):
     """Phases 1-3 (training skipped with --report-only) and the records of phase 4 (the fits)."""
     check_budgets(a)
@@ -552,18 +563,13 @@ def train_and_collect(a):
     scan = None
     if a.scan:
         runs = scan_runs(a)
-        if not a.report_only:
-            print(f"== phase 0: the scan, {len(runs)} runs", flush=True)
-            trained += len(run_sweep(runs, jobs=a.jobs, threads=a.threads))
-        evaluate_runs([r.folder for r in runs], a.jobs, a.threads)
+        trained += train_phase(a, runs, f"== phase 0: the scan, {len(runs)} runs")
         scan = choose(a, runs)
         print(f"  chosen: {a.epochs:g} epochs, sizes {', '.join(s[0] for s in a.sizes)}, budgets "
               f"{', '.join(f'{u:,}' for u in a.budgets)}" + (" (fallback: no candidate qualified)" if scan["fallback"] else ""))
     sweep = sweep_runs(a)
-    if not a.report_only:
-        print(f"== phase 1: weight-decay sweep, {len(sweep)} runs (U = {a.sweep_budget:,}, {a.epochs:g} epochs)", flush=True)
-        trained += len(run_sweep(sweep, jobs=a.jobs, threads=a.threads))
-    evaluate_runs([r.folder for r in sweep], a.jobs, a.threads)
+    trained += train_phase(a, sweep, f"== phase 1: weight-decay sweep, {len(sweep)} runs (U = {a.sweep_budget:,}, "
+                           f"{a.epochs:g} epochs)")
     strong = pick_strong(a, sweep)
     missing = [s for s, v in strong.items() if v is None]
     if missing:

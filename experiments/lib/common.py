@@ -440,6 +440,14 @@ def settings_json(a):
     return {k: (v if isinstance(v, plain) else str(v)) for k, v in vars(a).items() if not k.startswith("_")}
 
 
+def write_report(out, text, *, source, regime, figures, verdicts, provenance, **rest):
+    """OUT/report.md (text) and OUT/report.json: first the keys experiments/results.py reads
+    (source, regime, figures, verdicts, provenance), then the report's own, in the order given."""
+    write_text(Path(out) / "report.md", text)
+    write_json(Path(out) / "report.json", {"source": source, "regime": regime, "figures": figures,
+                                            "verdicts": verdicts, "provenance": provenance, **rest})
+
+
 def write_text(path, text):
     """Write a report through a temporary name and a rename (never half a file)."""
     atomic_write_bytes(path, text.encode())

@@ -646,10 +646,9 @@ def render(a, recs, n_planned, out, provenance):
     verdict_list = pv.verdicts(a, res)
     text = markdown(a, res, verdict_list, provenance)
     settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
-    common.write_text(out / "report.md", text)
-    common.write_json(out / "report.json", {
-        "source": pv.SOURCE, "regime": pv.regime(a, provenance), "figures": FIGURES, "verdicts": verdict_list,
-        "provenance": provenance, "paper": PAPER, "paper_substitutive": PAPER_SUBST, "settings": settings, **res})
+    common.write_report(out, text, source=pv.SOURCE, regime=pv.regime(a, provenance), figures=FIGURES,
+                        verdicts=verdict_list, provenance=provenance, paper=PAPER, paper_substitutive=PAPER_SUBST,
+                        settings=settings, **res)
     plot_all(a, res, out)
     return text
 
