@@ -325,7 +325,7 @@ def setup_stage(args, env, si, name, prev, resume, prores_T_run):
         dist.barrier()
     objective = make_objective(args, corpus.vocab_size)
     seq_len = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
-    check_step_fits(args, corpus, seq_len, objective)
+    check_step_fits(args, corpus, seq_len)
     torch.manual_seed(args.seed + si)
     model, cfg, dtype = build_model(args, corpus, objective, prev, env.device, env.master)
     model.to(env.device)
@@ -364,7 +364,7 @@ def step_memory_bytes(args, seq_len):
     return 4 * args.batch_size * seq_len * args.n_embd * (20 * args.n_layer + 4)
 
 
-def check_step_fits(args, corpus, seq_len, objective):
+def check_step_fits(args, corpus, seq_len):
     """Refuse a step that cannot run here (instead of a hang or an out-of-memory kill)."""
     need = step_memory_bytes(args, seq_len)
     have = available_memory_bytes()
@@ -428,7 +428,7 @@ def evaluate(S, args, env):
     batches at every evaluation and for every --seed), and a task stage's exact-answer accuracy
     on its whole test split."""
     S.model.eval()
-    res = {}
+    res, first_val = {}, None
     for split in args.eval_splits.split(","):
         total = 0.0
         for k in range(env.rank, args.eval_iters, env.world):  # eval batches are shared out
@@ -437,18 +437,16 @@ def evaluate(S, args, env):
                                 [args.data_seed, 1_000_003, S.index, k, split == "val"], 0, 1, env.device)
             with S.amp:
                 total += S.objective.eval_loss(S.model, x, y, m, k).item()
+            first_val = x if split == "val" and first_val is None else first_val
         res[split] = all_mean(total, env.world, env.device) * env.world / args.eval_iters
     if S.corpus.info.get("task") and S.objective.causal:
         res["accuracy"] = task_accuracy(S.model, S.corpus, args.batch_size * 8, env.device, S.amp)
     if not all(math.isfinite(v) for v in res.values()):
         raise TrainingDiverged(f"the evaluation loss became {res} at stage {S.name!r}; the last good "
                                f"checkpoint {args.out}/ckpt.pt is kept unchanged.")
-    # the residual stream's RMS after each block on the first validation batch (the ProRes
-    # paper's activation norms, followed over training)
-    x = get_batch(S.corpus, "val", args.batch_size, args.block_size, [args.data_seed, 1_000_003, S.index, 0, True],
-                  0, 1, env.device)[0]
-    with S.amp:
-        res["act_rms"] = S.model.residual_rms(x)
+    if first_val is not None:  # the residual stream's RMS after each block on the first validation batch
+        with S.amp:            # (the ProRes paper's activation norms, followed over training)
+            res["act_rms"] = S.model.residual_rms(first_val)
     S.model.train()
     return res
 
