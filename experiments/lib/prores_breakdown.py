@@ -29,8 +29,8 @@ import math
 
 import numpy as np
 
-from experiments.lib.common import ALPHA, MIN_N, combined_verdict, fmt_p, reading, verdict_of
-from experiments.lib.prores_cells import (OPEN_STREAM, by_seed, cell, compare_cell, label, mean_pm, spike_steps,
+from experiments.lib.common import ALPHA, MIN_N, combined_verdict, fmt_mean_std, fmt_p, reading, verdict_of
+from experiments.lib.prores_cells import (OPEN_STREAM, by_seed, cell, compare_cell, label, spike_steps,
                                           two_tests)
 from experiments.lib.prores_growth import MIN_LAYERS
 from experiments.lib.prores_runs import prores_T
@@ -240,9 +240,9 @@ def growth_cell_verdict(row):
 
 def growth_text(row):
     b, p = row["base"], row["prores"]
-    return (f"{label(row['norm'], False)} L = {row['depth']}: b = {mean_pm(b['b'], '{:.4f}')} -> "
-            f"{mean_pm(p['b'], '{:.4f}')} a layer, {reading(row['b_test']['paired'], 'smaller', 'larger')}; "
-            f"c = {mean_pm(b['c'], '{:.2f}')} -> {mean_pm(p['c'], '{:.2f}')}; the exponential line fits better in "
+    return (f"{label(row['norm'], False)} L = {row['depth']}: b = {fmt_mean_std(b['b'], '{:.4f}')} -> "
+            f"{fmt_mean_std(p['b'], '{:.4f}')} a layer, {reading(row['b_test']['paired'], 'smaller', 'larger')}; "
+            f"c = {fmt_mean_std(b['c'], '{:.2f}')} -> {fmt_mean_std(p['c'], '{:.2f}')}; the exponential line fits better in "
             f"{b['better'].count('exponential')}/{len(b['better'])} baseline and "
             f"{p['better'].count('exponential')}/{len(p['better'])} ProRes runs")
 
@@ -309,7 +309,7 @@ def definitions_md(a):
 
 
 def arm_text(vals, f):
-    return mean_pm(vals) + (f", {fail_text(f)}" if fail_text(f) else "")
+    return fmt_mean_std(vals) + (f", {fail_text(f)}" if fail_text(f) else "")
 
 
 def loss_md(rows):
@@ -357,9 +357,9 @@ def growth_md(rows):
     rss = lambda f: f"{np.mean(f['rss_exp']):.3g} / {np.mean(f['rss_pow']):.3g}"  # noqa: E731
     for r in rows:
         b, p = r["base"], r["prores"]
-        out.append(f"| {label(r['norm'], False)} | {r['depth']} | {mean_pm(b['b'], '{:.4f}')} | "
-                   f"{mean_pm(p['b'], '{:.4f}')} | {diff_text(r['b_test'], '{:+.4f}')} | {mean_pm(b['c'], '{:.2f}')} | "
-                   f"{mean_pm(p['c'], '{:.2f}')} | {diff_text(r['c_test'], '{:+.2f}')} | {rss(b)}; {rss(p)} | "
+        out.append(f"| {label(r['norm'], False)} | {r['depth']} | {fmt_mean_std(b['b'], '{:.4f}')} | "
+                   f"{fmt_mean_std(p['b'], '{:.4f}')} | {diff_text(r['b_test'], '{:+.4f}')} | {fmt_mean_std(b['c'], '{:.2f}')} | "
+                   f"{fmt_mean_std(p['c'], '{:.2f}')} | {diff_text(r['c_test'], '{:+.2f}')} | {rss(b)}; {rss(p)} | "
                    f"{b['better'].count('exponential')}/{len(b['better'])}; "
                    f"{p['better'].count('exponential')}/{len(p['better'])} |")
     return out + [""]
@@ -375,7 +375,7 @@ def spikes_md(rows):
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {label(r['norm'], False)} | {r['depth']} | " + " | ".join(
-            mean_pm(r[key][k], "{:.1f}") for key in ("loss", "grad_norm") for k in ("shared", "base_own", "prores_own"))
+            fmt_mean_std(r[key][k], "{:.1f}") for key in ("loss", "grad_norm") for k in ("shared", "base_own", "prores_own"))
             + " |")
     return out + [""]
 

@@ -11,7 +11,7 @@ read them).
 import math
 import statistics
 
-from experiments.lib.common import compare, fmt_mean_std, paired
+from experiments.lib.common import compare, paired
 
 NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnorm": "DeepNorm",
          "lns": "LNS (fixed 1/sqrt(l))", "lns-init": "LNS (authors' init)"}
@@ -38,9 +38,6 @@ def spike_steps(values, window, factor):
     return [t for t in range(window, len(values))
             if math.isfinite(values[t]) and values[t] > factor * statistics.median(values[t - window:t])]
 
-
-def mean_pm(xs, fmt="{:.3f}"):
-    return fmt_mean_std([x for x in xs if x is not None], fmt)
 
 
 def two_tests(treat, base):

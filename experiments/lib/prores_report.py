@@ -27,7 +27,7 @@ from experiments.lib.common import (ALPHA, COMBINED_RULE, MIN_N, VERDICTS, combi
                                     fmt_mean_std, fmt_p, provenance_line, pyplot, read_events, read_summary, reading,
                                     save_figure, settings_json, verdict_of, write_json, write_text)
 from experiments.lib.evaluate import activation_rms, run_corpus, stage_model, unigram_loss, val_batch
-from experiments.lib.prores_cells import OPEN_STREAM, by_seed, cell, compare_cell, label, mean_pm, spike_steps
+from experiments.lib.prores_cells import OPEN_STREAM, by_seed, cell, compare_cell, label, spike_steps
 from experiments.lib.prores_growth import growth_curve, growth_fit
 from experiments.lib.prores_runs import prores_T
 from flags import parse_args
@@ -279,7 +279,7 @@ def verdicts(a, recs, depths, cmp, sections=None):
         cs = [dict(c, where=f"L = {c['depth']}") for c in get("val_loss", norm)]
         if not cs:
             continue
-        ours = "; ".join(f"L = {c['depth']}: {mean_pm(c['prores'])} vs {mean_pm(c['base'])}"
+        ours = "; ".join(f"L = {c['depth']}: {fmt_mean_std(c['prores'])} vs {fmt_mean_std(c['base'])}"
                          + (f", {reading(c['paired'], 'lower', 'higher')}" if c["paired"]["clear"] else "")
                          for c in cs)
         out.append({"claim": f"ProRes lowers the loss with {label(norm, False)}",
@@ -302,8 +302,8 @@ def verdicts(a, recs, depths, cmp, sections=None):
                     "verdict": combined_verdict([verdict_of(p["test"]) for p in pens])})
     for key, what in (("loss_spikes", "loss"), ("grad_spikes", "gradient")):
         cs = [dict(paired=pooled(recs, d, key, a.norms), where=f"L = {d}", depth=d) for d in depths]
-        ours = "; ".join(f"L = {c['depth']}: {mean_pm([r[key] for r in cell(recs, prores=True, depth=c['depth'])], '{:.1f}')}"
-                         f" vs {mean_pm([r[key] for r in cell(recs, prores=False, depth=c['depth'])], '{:.1f}')}"
+        ours = "; ".join(f"L = {c['depth']}: {fmt_mean_std([r[key] for r in cell(recs, prores=True, depth=c['depth'])], '{:.1f}')}"
+                         f" vs {fmt_mean_std([r[key] for r in cell(recs, prores=False, depth=c['depth'])], '{:.1f}')}"
                          + (f", {reading(c['paired'], 'fewer', 'more')}" if c["paired"]["clear"] else "")
                          for c in cs)
         out.append({"claim": f"ProRes has fewer {what} spikes",
@@ -341,8 +341,8 @@ def verdicts(a, recs, depths, cmp, sections=None):
 
 def penalty_text(d0, p):
     amount = f"by {abs(p['test']['diff']):.3f}" if math.isfinite(p["test"]["diff"]) else ""
-    return (f"L = {d0} -> {p['depth']}: baseline {mean_pm(p['base'], '{:+.3f}')}"
-            f", {reading(p['baseline_degrades'], 'improves', 'degrades')}; ProRes {mean_pm(p['prores'], '{:+.3f}')}; "
+    return (f"L = {d0} -> {p['depth']}: baseline {fmt_mean_std(p['base'], '{:+.3f}')}"
+            f", {reading(p['baseline_degrades'], 'improves', 'degrades')}; ProRes {fmt_mean_std(p['prores'], '{:+.3f}')}; "
             f"ProRes' penalty against the baseline's: {reading(p['test'], 'smaller', 'larger', amount)}")
 
 
