@@ -8,7 +8,8 @@ the four experiments' report.json files without training anything.
 Each report.json (written by experiments/lib/<name>_report.py) carries what this page shows:
 `source` (arXiv id, title), `regime` (our scale and budget, and what differs from the paper),
 `verdicts` (per claim of the paper: the claim, the paper's number, ours, the test, the verdict),
-`figures` and `provenance` (commit, command, hardware, wall time). A verdict follows the reading
+`figures`, `provenance` (commit, command, hardware, wall time), and optionally `front_table`
+(a title and Markdown table lines the report wants beside its claims and on the README). A verdict follows the reading
 rule of experiments/lib/common.compare: an effect only where Welch's p < 0.05 with n >= 3 a side.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments.lib.common import ALPHA, MIN_N, VERDICTS, fmt_mean_std, fmt_p, provenance_line, write_text  # noqa: E402
+from experiments.lib.common import ALPHA, MIN_N, VERDICTS, provenance_line, write_text  # noqa: E402
 from flags import ArgumentParser  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
@@ -46,33 +47,6 @@ def counts(verdicts):
     return ", ".join(f"{n[v]} {words.get(v, v)}" for v in VERDICTS if n[v]) or "none recorded"
 
 
-def bare_p(p):
-    """fmt_p without its 'p = ' (a table column of p-values): '0.012', '< 0.001', 'n/a'."""
-    return fmt_p(p).removeprefix("p = ").removeprefix("p ")
-
-
-def breakdown_table(rep):
-    """ProRes where the baseline breaks (a report with `breakdown`): per placement and depth the
-    final val loss of the baseline and of ProRes (mean ± std over seeds), Welch's and the paired p,
-    the failed runs, whether the baseline breaks at that depth and whether ProRes prevents it."""
-    b = rep.get("breakdown")
-    if not b:
-        return []
-    depth = {(d["norm"], d["depth"]): d for d in b["depth"]}
-    lines = ["| placement | L | baseline | + ProRes | Welch p | paired p | failed: base / ProRes | the baseline "
-             "breaks | does ProRes prevent it |", "|---|---|---|---|---|---|---|---|---|"]
-    for c in b["loss"]:
-        d = depth.get((c["norm"], c["depth"]))
-        f = c["failures"]
-        breaks = "(reference)" if d is None else "yes" if d["baseline_breaks"] else "no"
-        lines.append(f"| {c['norm']} | {c['depth']} | {fmt_mean_std(c['base'])} | {fmt_mean_std(c['prores'])} | "
-                     f"{bare_p(c['welch']['p'])} | {bare_p(c['paired']['p'])} | "
-                     f"{f['base']['nan'] + f['base']['stuck']}/{f['base']['runs']} / "
-                     f"{f['prores']['nan'] + f['prores']['stuck']}/{f['prores']['runs']} | {breaks} | "
-                     f"{'-' if d is None else d['verdict'] if d['baseline_breaks'] else '(nothing to prevent)'} |")
-    return lines
-
-
 def paper_section(i, name, heading, rep):
     src = rep.get("source", {})
     link = f"experiments/results/{name}"
@@ -83,10 +57,8 @@ def paper_section(i, name, heading, rep):
     for v in rep.get("verdicts", []):
         lines.append(f"| {cell(v['claim'])} | {cell(v['paper'])} | {cell(v['ours'])} | {cell(v['test'])} | "
                      f"**{v['verdict']}** |")
-    if rep.get("breakdown"):
-        lines += ["", "Final validation loss (nats/token) per placement and depth, baseline against ProRes "
-                  "(mean ± std over seeds; p: Welch's t-test, and the t-test paired by seed):", ""]
-        lines += breakdown_table(rep)
+    if rep.get("front_table"):  # the table a report wants beside its claims (and on the README)
+        lines += ["", rep["front_table"]["title"] + ":", ""] + rep["front_table"]["lines"]
     figs = rep.get("figures", [])
     if figs:
         lines += ["", "Figures: " + ", ".join(f"[{f}]({link}/{f})" for f in figs) + "."]
@@ -130,10 +102,10 @@ def readme_table(reports):
         v = (reports[name].get("verdicts") or [{"claim": "-", "paper": "-", "verdict": "not measured"}])[0]
         lines.append(f"| [{heading}](RESULTS.md#{anchor(i, heading)}) | {cell(v['claim'])} ({cell(v['paper'])}) | "
                      f"**{v['verdict']}** | {counts(reports[name].get('verdicts', []))} |")
-    for name, heading in PAPERS:  # a table a paper's claim needs on the front page
-        if reports[name].get("breakdown"):
-            lines += ["", f"{heading}, where the baselines break: final validation loss per placement and depth "
-                      "(mean ± std over seeds; Welch's and the seed-paired p):", ""] + breakdown_table(reports[name])
+    for name, heading in PAPERS:  # the tables the reports want on the front page
+        t = reports[name].get("front_table")
+        if t:
+            lines += ["", f"{heading}: {t['title'][0].lower()}{t['title'][1:]}:", ""] + t["lines"]
     return "\n".join(lines + [END])
 
 

@@ -479,3 +479,30 @@ def plot_breakdown(a, recs, depths, plt, colors, save):
     fig.tight_layout()
     save(fig, "activation_over_time.png")
     return drawn + ["activation_over_time.png"]
+
+
+def bare_p(p):
+    """fmt_p without its 'p = ' (a table column of p-values): '0.012', '< 0.001', 'n/a'."""
+    return fmt_p(p).removeprefix("p = ").removeprefix("p ")
+
+
+def front_table(sections):
+    """report.json's `front_table` (RESULTS.md and the README show it beside the claims): per
+    placement and depth the final val loss of the baseline and of ProRes (mean ± std over seeds),
+    Welch's and the paired p, the failed runs, whether the baseline breaks there and whether
+    ProRes prevents it."""
+    depth = {(d["norm"], d["depth"]): d for d in sections["depth"]}
+    lines = ["| placement | L | baseline | + ProRes | Welch p | paired p | failed: base / ProRes | the baseline "
+             "breaks | does ProRes prevent it |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in sections["loss"]:
+        d = depth.get((c["norm"], c["depth"]))
+        f = c["failures"]
+        breaks = "(reference)" if d is None else "yes" if d["baseline_breaks"] else "no"
+        lines.append(f"| {c['norm']} | {c['depth']} | {fmt_mean_std(c['base'])} | {fmt_mean_std(c['prores'])} | "
+                     f"{bare_p(c['welch']['p'])} | {bare_p(c['paired']['p'])} | "
+                     f"{f['base']['nan'] + f['base']['stuck']}/{f['base']['runs']} / "
+                     f"{f['prores']['nan'] + f['prores']['stuck']}/{f['prores']['runs']} | {breaks} | "
+                     f"{'-' if d is None else d['verdict'] if d['baseline_breaks'] else '(nothing to prevent)'} |")
+    return {"title": "Where the baselines break, the final validation loss (nats/token) per placement and depth, "
+                     "baseline against ProRes (mean ± std over seeds; p: Welch's t-test and the t-test paired by seed)",
+            "lines": lines}

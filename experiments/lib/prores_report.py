@@ -561,7 +561,7 @@ def render(records, out):
         "source": SOURCE, "regime": reg, "figures": figures, "verdicts": vs,
         "provenance": prov, "claim": CLAIM, **{k: records[k] for k in ("settings", "measurement_point",
                                                                        "spike_definition")},
-        "train_seconds": train_s, "comparisons": cmp, **({"breakdown": sections} if rich else {}),
+        "train_seconds": train_s, "comparisons": cmp, **({"breakdown": sections, "front_table": bd.front_table(sections)} if rich else {}),
         "scan": srecs, "runs": recs})
     return text
 
