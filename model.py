@@ -55,16 +55,24 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.causal = config.causal
 
-    def forward(self, x):
+    def forward(self, x, query=None):
+        """x (B, T, C) -> (B, T, C). query: None, or (rows, pos), N positions of the batch: then
+        only those positions ask (each attends to its own row's keys up to itself), out (N, C)."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
-        return self.resid_dropout(self.c_proj(y))
+        dropout = self.dropout if self.training else 0.0
+        if query is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal)
+            y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
+            return self.resid_dropout(self.c_proj(y))
+        rows, pos = query
+        q, k, v = q[rows, :, pos].unsqueeze(2), k[rows], v[rows]  # (N, nh, 1, hs), (N, nh, T, hs)
+        mask = (torch.arange(T, device=x.device) <= pos[:, None]).view(-1, 1, 1, T) if self.causal else None
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return self.resid_dropout(self.c_proj(y.reshape(len(rows), C)))
 
 
 class MLP(nn.Module):
@@ -111,20 +119,24 @@ class Block(nn.Module):
         self.deepnorm_k = (2 * config.n_layer) ** 0.25 if self.norm == "deepnorm" else 1.0
         self.lns_init = 1.0 / math.sqrt(layer_idx + 1) if self.norm == "lns-init" else 1.0
 
-    def forward(self, x, alpha):
+    def forward(self, x, alpha, query=None):
+        """x (B, T, C) -> (B, T, C); with query = (rows, pos) only those N positions come out,
+        (N, C): every part of a block but attention acts on each position alone, and attention
+        needs only the asking positions' queries (CausalSelfAttention.forward)."""
+        r = x if query is None else x[query]  # the positions this block outputs
         if self.norm in ("pre", "lns", "lns-init"):
-            x = x + alpha * self.attn(self.ln_1(x))
-            x = x + alpha * self.mlp(self.ln_2(x))
+            r = r + alpha * self.attn(self.ln_1(x), query)
+            r = r + alpha * self.mlp(self.ln_2(r))
         elif self.norm == "post":
-            x = self.ln_1(x + alpha * self.attn(x))
-            x = self.ln_2(x + alpha * self.mlp(x))
+            r = self.ln_1(r + alpha * self.attn(x, query))
+            r = self.ln_2(r + alpha * self.mlp(r))
         elif self.norm == "sandwich":
-            x = x + alpha * self.ln_1_out(self.attn(self.ln_1(x)))
-            x = x + alpha * self.ln_2_out(self.mlp(self.ln_2(x)))
+            r = r + alpha * self.ln_1_out(self.attn(self.ln_1(x), query))
+            r = r + alpha * self.ln_2_out(self.mlp(self.ln_2(r)))
         else:  # deepnorm
-            x = self.ln_1(self.deepnorm_k * x + alpha * self.attn(x))
-            x = self.ln_2(self.deepnorm_k * x + alpha * self.mlp(x))
-        return x
+            r = self.ln_1(self.deepnorm_k * r + alpha * self.attn(x, query))
+            r = self.ln_2(self.deepnorm_k * r + alpha * self.mlp(r))
+        return r
 
 
 @dataclass
@@ -270,35 +282,54 @@ class GPT(nn.Module):
         differently weighted rows, e.g. MIR's clean and masked copies).
 
         Returns (logits, loss). With targets, logits is None: the loss is computed from the
-        final hidden states without holding the full (B, T, vocab) logits, and with a loss_mask
-        only the rows whose target counts reach the last norm, the head and the loss
-        (`counted_rows`). Without targets, logits are (B, T, vocab) and loss is None.
+        final hidden states without holding the full (B, T, vocab) logits. With a loss_mask that
+        leaves some targets out, only the N positions that count come out of the last block and
+        reach the last norm, the head and the loss (`counted_positions`; the last block's
+        attention then asks N queries instead of B x T): the same loss and gradients as scoring
+        every position with the others ignored, at a fraction of the work when few count (a
+        haystack record of the procedural paper's diagnostics, arXiv 2601.21725, scores 1 target
+        of its 63). Without targets, logits are (B, T, vocab) and loss is None.
         """
-        B, T = idx.size()
-        x = self.residual_stream(idx)  # (B, T, C)
         if targets is None:
-            return self.lm_head(self.transformer.ln_f(x)), None
-        h, t, weight = x.view(B * T, -1), targets.reshape(-1), None
-        if loss_mask is not None:
-            h, t, weight = counted_rows(h, t, loss_mask.reshape(-1))
+            return self.lm_head(self.transformer.ln_f(self.residual_stream(idx))), None
+        groups = length_groups(loss_mask, LENGTH_GROUPS) if self.config.causal and loss_mask is not None else None
+        if groups is None:
+            h, t, weight = self._counted(idx, targets, loss_mask)
+        else:   # each group of rows cut after its last counted position (causal: nothing later is needed)
+            parts = [self._counted(idx[r, :n], targets[r, :n], loss_mask[r, :n]) for r, n in groups]
+            h, t = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+            weight = None if parts[0][2] is None else torch.cat([p[2] for p in parts])
         h = self.transformer.ln_f(h)
         if self.config.loss_impl == "standard":
             return None, standard_cross_entropy(h, self.lm_head.weight, t, row_weight=weight)
         dtype = getattr(torch, self.config.head_dtype) if self.config.head_dtype else None
         return None, linear_cross_entropy(h, self.lm_head.weight, t, row_weight=weight, dtype=dtype)
 
-    def residual_stream(self, idx, rms=None):
+    def _counted(self, idx, targets, loss_mask):
+        """(h, t, weight): the last block's output at the counted positions (N, C), their
+        targets (N,) and weights (N,) or None; every position when loss_mask is None."""
+        B, T = idx.size()
+        t, weight, query = targets.reshape(-1), None, None
+        if loss_mask is not None:
+            sel, weight = counted_positions(loss_mask.reshape(-1))
+            if sel is not None:
+                query, t = (sel // T, sel % T), t[sel]
+        return self.residual_stream(idx, query=query).reshape(-1, self.config.n_embd), t, weight
+
+    def residual_stream(self, idx, rms=None, query=None):
         """The residual stream after the last block, (B, T, C): embeddings, then every block with
         its residual scale. rms: a list that receives sqrt(mean(h^2)) of the stream after the
-        embeddings and after each block (L + 1 floats; the ProRes paper's activation norms)."""
+        embeddings and after each block (L + 1 floats; the ProRes paper's activation norms).
+        query = (rows, pos): the last block outputs only those N positions, (N, C)."""
         T = idx.size(1)
         assert T <= self.config.block_size, f"sequence of {T} > block_size {self.config.block_size}"
         pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        last = len(self.transformer.h) - 1
         for i, block in enumerate(self.transformer.h):
             if rms is not None:
                 rms.append(x.detach().float().pow(2).mean().sqrt().item())
-            x = block(x, self.residual_scale[i])
+            x = block(x, self.residual_scale[i], query if i == last else None)
         if rms is not None:
             rms.append(x.detach().float().pow(2).mean().sqrt().item())
         return x
@@ -359,20 +390,48 @@ class GPT(nn.Module):
         return idx
 
 
+def counted_positions(loss_mask):
+    """(positions, weights) of a flat loss_mask (N,): the indices where it is != 0, or None when
+    every position counts (then nothing needs gathering); weights: the mask's values there for a
+    float mask, None for an integer or bool 0/1 mask."""
+    weight = loss_mask if loss_mask.is_floating_point() else None
+    sel = loss_mask.nonzero()[:, 0]
+    if sel.numel() == loss_mask.numel():
+        return None, weight
+    return sel, None if weight is None else weight[sel]
+
+
+LENGTH_GROUPS = 4  # GPT.forward's groups of rows by length (bench.py --tiny measures the choice)
+
+
+def length_groups(loss_mask, k):
+    """[(rows, n)]: the B rows of loss_mask (B, T) sorted by how far they need the sequence
+    (their last counted position + 1) and cut into k groups of equal size, n the longest need
+    in each; None where grouping saves little (every row needs 7/8 of T or more, or fewer than
+    64 rows a group). A causal model's output at a position depends on that position and the
+    ones before it, so a row's positions after its last counted target can be left out: the
+    same loss and gradients, less work where records are padded (a haystack record of 1..30
+    pairs needs 3 to 61 of its 63 positions)."""
+    B, T = loss_mask.shape
+    if k < 2 or B < 64 * k:
+        return None
+    need = torch.where(loss_mask != 0, torch.arange(1, T + 1, device=loss_mask.device), 0).amax(1)
+    if int(need.min()) * 8 >= 7 * T:
+        return None
+    groups = [(rows, int(need[rows].max())) for rows in need.argsort().tensor_split(k)]
+    return [(rows, n) for rows, n in groups if n > 0]
+
+
 def counted_rows(h, targets, loss_mask):
     """The rows that carry loss: (h[r], targets[r], weights[r]) for the rows r where loss_mask
-    (N,) != 0, from h (N, C) and targets (N,); weights None for an integer 0/1 mask.
-
-    The last norm, the head and the cross-entropy act on each row alone, so scoring only these
-    rows gives the same loss and the same gradients as scoring all N with the others ignored
-    (a dropped row's gradient is 0 either way), without the work: a haystack record of the
-    procedural paper's diagnostics (arXiv 2601.21725) scores 1 target of its 63. All rows come
-    back uncopied when every one counts (a Dyck corpus, plain text)."""
-    weight = loss_mask if loss_mask.is_floating_point() else None
-    rows = loss_mask.nonzero()[:, 0]
-    if rows.numel() == loss_mask.numel():
+    (N,) != 0, from h (N, C) and targets (N,); weights None for an integer 0/1 mask. The last
+    norm, the head and the cross-entropy act on each row alone, so scoring only these rows
+    gives the loss and gradients of scoring all N with the others ignored. All rows come back
+    uncopied when every one counts (a Dyck corpus, plain text)."""
+    sel, weight = counted_positions(loss_mask)
+    if sel is None:
         return h, targets, weight
-    return h.index_select(0, rows), targets[rows], None if weight is None else weight[rows]
+    return h.index_select(0, sel), targets[sel], weight
 
 
 def standard_cross_entropy(h, weight, targets, row_weight=None):

@@ -228,15 +228,17 @@ def make_merges(a):
 
 
 def run_all(a):
-    """Wave 1: the pre-training runs and the baselines (longest first); then the merges; wave 2:
-    every run that starts from a pre-trained or merged checkpoint. Returns the runs trained."""
+    """Wave 1: the pre-training runs (minutes each); then the merges; wave 2: every diagnostic run,
+    the baselines and those from a pre-trained or merged checkpoint together (so two jobs stay
+    busy), seed by seed (seed 0 of every condition first: a sweep stopped part-way leaves whole
+    seeds, and the next invocation goes on from its finished runs). Returns the runs trained."""
     pre, base, warm = plan(a)
     print(f"{len(pre)} pre-training runs, {len(base)} baselines, {len(warm)} runs from a pre-trained or merged model")
-    steps = lambda r: int(r.argv[r.argv.index("--iters") + 1]) * int(r.argv[r.argv.index("--batch-size") + 1])
-    trained = len(common.run_sweep(sorted(base + pre, key=lambda r: -steps(r)), jobs=a.jobs, threads=a.threads))
+    trained = len(common.run_sweep(pre, jobs=a.jobs, threads=a.threads))
     make_merges(a)
     ready = [r for r in warm if Path(r.meta["init"]).exists()]
     if len(ready) < len(warm):  # a pre-training run diverged (its diverged.json says why)
         print(f"skipped {len(warm) - len(ready)} run(s) whose pre-trained checkpoint does not exist: "
               + ", ".join(r.name for r in warm if r not in ready))
-    return trained + len(common.run_sweep(ready, jobs=a.jobs, threads=a.threads))
+    diagnostics = sorted(base + ready, key=lambda r: r.meta["seed"])   # stable: plan's order within a seed
+    return trained + len(common.run_sweep(diagnostics, jobs=a.jobs, threads=a.threads))
