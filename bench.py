@@ -291,9 +291,9 @@ def tiny_batch(B, mask, seed=0):
 
 
 def loss_scoring_every_row(model, x, y, m):
-    """The loss as GPT.forward took it before `counted_rows`: the last norm and the head over
-    all B x T rows, the rows that do not count dropped inside lm_loss (its ignore index). The
-    baseline the row gather is timed against."""
+    """The loss as GPT.forward took it before it scored only the counted positions: every block,
+    the last norm and the head over all B x T positions, those that do not count dropped inside
+    lm_loss (its ignore index). The baseline GPT.forward's counted positions are timed against."""
     B, T = x.shape
     h = model.transformer.ln_f(model.residual_stream(x)).view(B * T, -1)
     t = y if m is None else y.masked_fill(m == 0, -1)
@@ -306,9 +306,9 @@ def gpt_loss(model, x, y, m):
 
 
 def head_path_calls(batch, threads):
-    """{name: (threads, fn)}: the part of the step that the row gather changes, alone: from a
-    fixed residual stream, the last norm, the head and the loss, forward and backward, over
-    every row (those that do not count ignored) and over the counted rows only."""
+    """{name: (threads, fn)}: the head's share of what counting only some positions changes,
+    alone: from a fixed residual stream, the last norm, the head and the loss, forward and
+    backward, over every row (those that do not count ignored) and over the counted rows only."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(**TINY))
     x, y, m = batch
@@ -333,7 +333,7 @@ class Tiny:
     """One way to run the tiny shape's training step."""
     name: str
     threads: int
-    gather: bool = False      # GPT.forward's counted_rows (else loss_scoring_every_row)
+    gather: bool = False      # GPT.forward: the counted positions only (else loss_scoring_every_row)
     compile: bool = False     # torch.compile of the loss function (the model's forward)
     lean: bool = False        # AdamW(fused=True) on CPU, and one host read per step instead of two
 
@@ -576,7 +576,7 @@ def _tiny(batch_size, rounds, mask, seeds, compile_, out):
     # 2. each candidate alone on the baseline at the faster thread count
     table.header(f"2. each candidate alone, {plural(threads, 'thread')}")
     b = Tiny("baseline", threads)
-    cands = [b, replace(b, name="+ loss rows gathered (counted_rows)", gather=True),
+    cands = [b, replace(b, name="+ counted positions only (GPT.forward)", gather=True),
              replace(b, name="+ fused AdamW, one host read", lean=True)]
     if compile_:
         cands.append(replace(b, name="+ torch.compile", compile=True))
@@ -585,7 +585,7 @@ def _tiny(batch_size, rounds, mask, seeds, compile_, out):
                        judged=list(runs)[1:], by_cpu=by_cpu)
     head = Timings(head_path_calls(batch, threads), 3 * rounds)
     every, counted = (head.best(n, by_cpu) * 1000 for n in ("every row", "counted rows"))
-    out(f"  the part the row gather changes, alone (last norm, head and loss, forward + backward): every row "
+    out(f"  of it, the last norm, head and loss alone (forward + backward): every row "
         f"{every:.2f} ms, the counted rows {counted:.2f} ms ({head.ratio('every row', 'counted rows', by_cpu):.2f}x)")
 
     # 3. the kept candidates together, against the baseline; then the kept step, attention alone and the matmul

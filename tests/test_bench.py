@@ -16,7 +16,7 @@ def test_tiny_mode_runs_and_prints_fraction_of_matmul_last(capsys):
     assert lines[-1].startswith("fraction_of_matmul=")
     assert float(lines[-1].split("=")[1]) > 0
     text = "\n".join(lines)
-    for stage in ("1. thread count", "2. each candidate alone", "the part the row gather changes, alone",
+    for stage in ("1. thread count", "2. each candidate alone", "the last norm, head and loss alone",
                   "3. the kept candidates", "4. 2 seeds"):
         assert stage in text
     assert "76,416" in text                          # the FLOP count it states
@@ -40,7 +40,7 @@ def test_tiny_flop_count_is_the_models():
 
 @pytest.mark.parametrize("mask", ["haystack", "dense"])
 def test_the_baseline_loss_is_the_models_loss(mask):
-    """loss_scoring_every_row (what the row gather is timed against) = GPT.forward's loss and gradients."""
+    """loss_scoring_every_row (what the counted positions are timed against) = GPT.forward's loss and gradients."""
     torch.manual_seed(0)
     m = GPT(GPTConfig(**bench.TINY))
     batch = bench.tiny_batch(6, mask)

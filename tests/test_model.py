@@ -273,6 +273,71 @@ def test_counted_rows_give_the_loss_and_gradients_of_scoring_every_row(impl, kin
         torch.testing.assert_close(res[0][1][n], g, rtol=1e-5, atol=1e-7, msg=n)
 
 
+def haystack_mask(B, T, g):
+    """One counted target per row at a position drawn anywhere in the row (a padded record)."""
+    mask = torch.zeros(B, T, dtype=torch.long)
+    mask[torch.arange(B), torch.randint(0, T, (B,), generator=g)] = 1
+    return mask
+
+
+def assert_same_loss_and_grads(m, idx, tgt, mask):
+    res = []
+    for fn in (lambda: m(idx, tgt, mask)[1], lambda: reference_loss(m, idx, tgt, mask)):
+        m.zero_grad(set_to_none=True)
+        loss = fn()
+        loss.backward()
+        res.append((loss.item(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+    assert res[0][0] == pytest.approx(res[1][0], rel=1e-5)
+    for n, g in res[1][1].items():
+        torch.testing.assert_close(res[0][1][n], g, rtol=1e-4, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_last_block_at_the_counted_positions_only_matches_every_position(norm, causal):
+    """GPT.forward puts only the counted positions through the last block (their queries, every
+    key of their row): for every norm placement, causal or not, with a ProRes-like residual
+    scale, the loss and gradients of running the last block everywhere."""
+    torch.manual_seed(0)
+    m = tiny(norm=norm, causal=causal, tie_weights=False)
+    m.residual_scale.copy_(torch.tensor([1.0, 0.5, 0.25]))
+    g = torch.Generator().manual_seed(1)
+    idx, tgt = torch.randint(0, 97, (5, 16), generator=g), torch.randint(0, 97, (5, 16), generator=g)
+    for mask in (haystack_mask(5, 16, g), (torch.rand(5, 16, generator=g) > 0.7).long()):
+        assert_same_loss_and_grads(m, idx, tgt, mask)
+
+
+def test_rows_grouped_by_length_give_the_loss_of_the_whole_batch():
+    """A batch large enough to be cut into length groups (model.length_groups): each group cut
+    after its last counted position, the same loss and gradients as the whole batch."""
+    from model import LENGTH_GROUPS, length_groups
+    torch.manual_seed(0)
+    m = tiny(tie_weights=False)
+    g = torch.Generator().manual_seed(2)
+    B = 64 * LENGTH_GROUPS
+    idx, tgt = torch.randint(0, 97, (B, 16), generator=g), torch.randint(0, 97, (B, 16), generator=g)
+    mask = haystack_mask(B, 16, g)
+    groups = length_groups(mask, LENGTH_GROUPS)
+    assert groups is not None and len(groups) == LENGTH_GROUPS
+    assert sorted(torch.cat([r for r, _ in groups]).tolist()) == list(range(B))   # every row once
+    for rows, n in groups:                                                      # nothing counted is cut
+        assert not mask[rows, n:].any() and mask[rows, :n].any(1).all()
+    assert [n for _, n in groups] == sorted(n for _, n in groups) and groups[0][1] < 16
+    assert_same_loss_and_grads(m, idx, tgt, mask)
+    weights = torch.rand(B, 16, generator=g) * mask                              # float weights too
+    assert_same_loss_and_grads(m, idx, tgt, weights)
+
+
+def test_length_groups_only_where_they_save_work():
+    from model import length_groups
+    g = torch.Generator().manual_seed(0)
+    assert length_groups(haystack_mask(255, 16, g), 4) is None          # fewer than 64 rows a group
+    late = torch.zeros(256, 16, dtype=torch.long)
+    late[:, 14] = 1
+    assert length_groups(late, 4) is None                               # every row needs 15 of 16
+    assert length_groups(haystack_mask(256, 16, g), 1) is None
+
+
 def test_counted_rows_gathers_only_what_counts_and_copies_nothing_when_all_count():
     from model import counted_rows
     h, t = torch.randn(6, 4), torch.arange(6)
