@@ -18,15 +18,16 @@ records seen; the pre-training (their yaml, on the same architecture) transferre
 embedding rows. The default is HAYSTACK with no pre-training / Dyck / shuffled Dyck (conditions none,
 dyck, dyck-shuffled), 3 seeds, evaluated every 500,000 records (the accuracy curve), and the
 records needed to reach 50% and 90%: 6 pre-training runs (501 steps x 512 rows of 128 tokens,
-32.8M tokens, ~5 min each) and 9 diagnostic runs of 620M tokens each. The rest of the authors'
+32.8M tokens, ~10 min each) and 9 diagnostic runs of 620M tokens each. The rest of the authors'
 table is behind flags: e.g. --kinds dyck,eca110,set,union --controls dyck --tasks
 haystack,reversed_addition,sorting --transfers full,attn,mlp --split-kinds dyck,set --merges dyck/set
 (multiplication trains their 4-layer d = 512 model at batch 64, 156,250 steps: give --records to
-shorten it). Time: the lead measured ~195k tokens/s for this model at batch 1,000 (2026-12-01), so
-one diagnostic run is ~53 min of one process; here, 1 thread while another sweep held both cores,
-110-180k tokens/s (57-94 min). With --jobs 2 the default is about 9 x 53 / 2 + 6 x 5 / 2 ~ 4 h
-wall at that speed, ~1.5-2 h if the model runs 2-3x faster; --quick (30 steps a run, 1 seed, 5 runs)
-took 73 s here under that load.
+shorten it). Time, measured 2026-12-01 on 2 quiet cores with --jobs 2 (1 thread a run): a
+pre-training run 603-649 s, a diagnostic run 3.8 steps/s (44 min for 10,000 steps; GPT.forward
+scores only the counted positions, bench.py --tiny), so the default is about 6 x 10.5 / 2 + 5 x 44
+~ 4.2 h: more than one 3-hour session; a stopped sweep goes on from its finished runs and from
+each interrupted run's last checkpoint (every 500 steps). --quick (30 steps a run, 1 seed, 5
+runs) takes about a minute.
 
 --preset table (the earlier default; its report is experiments/results/procedural until the
 default's results replace it):
