@@ -307,14 +307,23 @@ class GPT(nn.Module):
 
     def _counted(self, idx, targets, loss_mask):
         """(h, t, weight): the last block's output at the counted positions (N, C), their
-        targets (N,) and weights (N,) or None; every position when loss_mask is None."""
+        targets (N,) and weights (N,) or None; every position when loss_mask is None. The last
+        block asks only the N queries when N <= B T / 8 (each query attends over its row's T
+        keys, a gathered copy: N T against the B T^2 of the whole block); with more (a
+        masked-diffusion batch counts about half its positions) the block runs everywhere and
+        only the head is gathered."""
         B, T = idx.size()
         t, weight, query = targets.reshape(-1), None, None
+        sel = None
         if loss_mask is not None:
             sel, weight = counted_positions(loss_mask.reshape(-1))
-            if sel is not None:
-                query, t = (sel // T, sel % T), t[sel]
-        return self.residual_stream(idx, query=query).reshape(-1, self.config.n_embd), t, weight
+        if sel is not None and 8 * sel.numel() <= B * T:
+            query = (sel // T, sel % T)
+        h = self.residual_stream(idx, query=query).reshape(-1, self.config.n_embd)
+        if sel is not None:
+            t = t[sel]
+            h = h if query is not None else h.index_select(0, sel)
+        return h, t, weight
 
     def residual_stream(self, idx, rms=None, query=None):
         """The residual stream after the last block, (B, T, C): embeddings, then every block with

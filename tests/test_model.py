@@ -328,6 +328,24 @@ def test_rows_grouped_by_length_give_the_loss_of_the_whole_batch():
     assert_same_loss_and_grads(m, idx, tgt, weights)
 
 
+def test_the_last_block_asks_only_the_counted_queries_when_few_count(monkeypatch):
+    """One counted target per row: the last block's attention gets the N queries; half the
+    positions counted (a masked-diffusion batch): it runs over every position (no key copies)."""
+    from model import CausalSelfAttention
+    asked, forward = [], CausalSelfAttention.forward
+    monkeypatch.setattr(CausalSelfAttention, "forward",
+                        lambda self, x, query=None: asked.append(query is not None) or forward(self, x, query))
+    torch.manual_seed(0)
+    m = tiny(causal=False)
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 97, (4, 16), generator=g)
+    m(idx, idx, haystack_mask(4, 16, g))
+    assert asked == [False, False, True]
+    asked.clear()
+    m(idx, idx, (torch.rand(4, 16, generator=g) < 0.5).long())
+    assert asked == [False, False, False]
+
+
 def test_length_groups_only_where_they_save_work():
     from model import length_groups
     g = torch.Generator().manual_seed(0)
