@@ -71,10 +71,6 @@ DIFFERENCES = (
     "either way.",
     "Pre-training batches are drawn with replacement from the steps x rows sequences (batches.get_batch); theirs "
     "is one shuffled epoch over them (procedural_data/dyck.py:179-185).",
-    "Full transfer (their 'everything', downstream/utils.py:273-302: every weight but the embeddings and the "
-    "head, positions from the longer context) sets every token-embedding row to the mean of the pre-trained rows "
-    "as theirs (--embed-init mean), but leaves the untied head at its fresh init, where theirs sets the head's "
-    "rows to that mean too (utils.py:138-140): transfer.mean_embedding_init sets the embedding only.",
     "The training stream is drawn from each step's seed (so a resumed run sees the same records) and the test "
     "set from --data-seed alone, the same 4,000 records for every model seed and condition (paired by seed); "
     "theirs draws both from the run's seed (experiment_stream.py:61, 77, 186-191).",

@@ -238,8 +238,8 @@ def regime(a, provenance):
             f"yaml files are written for 12_12_768): {pre or 'none'}; "
             + (f"Dyck rows of {a.dyck_length} tokens (theirs 2,048), " if dyck else "")
             + f"no dropout (theirs 0.1), lr {a.pretrain_lr or pa.SMALL_LR:g} (theirs 5e-4); full transfer with "
-            "mean embedding rows (their 'everything' + 'average'; their head rows get the mean too, ours keep a "
-            "fresh init). Our exact-answer accuracy is reported beside their token-level one; the claims are read "
+            "mean embedding rows (their 'everything' + 'average': every weight but the embeddings and the head, "
+            "each embedding and head row the mean of the pre-trained embedding rows). Our exact-answer accuracy is reported beside their token-level one; the claims are read "
             "on theirs." + where
             + (" This --quick run is a smoke test of the pipeline: it does not test the claims." if a.quick else "")
             + (f" With {a.seeds} seed(s) no cell can pass the reading rule (n >= 3 a side)."
