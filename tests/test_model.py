@@ -243,6 +243,26 @@ def reference_loss(m, idx, tgt, mask):
     return linear_cross_entropy(h, m.lm_head.weight, t, row_weight=w)
 
 
+def haystack_mask(B, T, g):
+    """One counted target per row at a position drawn anywhere in the row (a padded record)."""
+    mask = torch.zeros(B, T, dtype=torch.long)
+    mask[torch.arange(B), torch.randint(0, T, (B,), generator=g)] = 1
+    return mask
+
+
+def assert_same_loss_and_grads(m, idx, tgt, mask, rel=1e-5, rtol=1e-4, atol=1e-6):
+    """GPT.forward's loss and every gradient = reference_loss's (all positions scored)."""
+    res = []
+    for fn in (lambda: m(idx, tgt, mask)[1], lambda: reference_loss(m, idx, tgt, mask)):
+        m.zero_grad(set_to_none=True)
+        loss = fn()
+        loss.backward()
+        res.append((loss.item(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+    assert res[0][0] == pytest.approx(res[1][0], rel=rel)
+    for n, g in res[1][1].items():
+        torch.testing.assert_close(res[0][1][n], g, rtol=rtol, atol=atol, msg=n)
+
+
 def masks(B=3, T=16):
     g = torch.Generator().manual_seed(3)
     one = torch.zeros(B, T, dtype=torch.long)
@@ -261,35 +281,7 @@ def test_counted_rows_give_the_loss_and_gradients_of_scoring_every_row(impl, kin
     torch.manual_seed(0)
     m = tiny(loss_impl=impl, tie_weights=kind != "random")
     idx, tgt = torch.randint(0, 97, (3, 16)), torch.randint(0, 97, (3, 16))
-    mask = masks()[kind]
-    res = []
-    for fn in (lambda: m(idx, tgt, mask)[1], lambda: reference_loss(m, idx, tgt, mask)):
-        m.zero_grad(set_to_none=True)
-        loss = fn()
-        loss.backward()
-        res.append((loss.item(), {n: p.grad.clone() for n, p in m.named_parameters()}))
-    assert res[0][0] == pytest.approx(res[1][0], rel=1e-6)
-    for n, g in res[1][1].items():
-        torch.testing.assert_close(res[0][1][n], g, rtol=1e-5, atol=1e-7, msg=n)
-
-
-def haystack_mask(B, T, g):
-    """One counted target per row at a position drawn anywhere in the row (a padded record)."""
-    mask = torch.zeros(B, T, dtype=torch.long)
-    mask[torch.arange(B), torch.randint(0, T, (B,), generator=g)] = 1
-    return mask
-
-
-def assert_same_loss_and_grads(m, idx, tgt, mask):
-    res = []
-    for fn in (lambda: m(idx, tgt, mask)[1], lambda: reference_loss(m, idx, tgt, mask)):
-        m.zero_grad(set_to_none=True)
-        loss = fn()
-        loss.backward()
-        res.append((loss.item(), {n: p.grad.clone() for n, p in m.named_parameters()}))
-    assert res[0][0] == pytest.approx(res[1][0], rel=1e-5)
-    for n, g in res[1][1].items():
-        torch.testing.assert_close(res[0][1][n], g, rtol=1e-4, atol=1e-6, msg=n)
+    assert_same_loss_and_grads(m, idx, tgt, masks()[kind], rel=1e-6, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("norm", NORMS)
