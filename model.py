@@ -292,7 +292,9 @@ class GPT(nn.Module):
         """
         if targets is None:
             return self.lm_head(self.transformer.ln_f(self.residual_stream(idx))), None
-        groups = length_groups(loss_mask, LENGTH_GROUPS) if self.config.causal and loss_mask is not None else None
+        # length groups: causal only, and not under torch.compile (each new length would recompile)
+        grouping = self.config.causal and loss_mask is not None and not torch.compiler.is_compiling()
+        groups = length_groups(loss_mask, LENGTH_GROUPS) if grouping else None
         if groups is None:
             h, t, weight = self._counted(idx, targets, loss_mask)
         else:   # each group of rows cut after its last counted position (causal: nothing later is needed)
