@@ -107,3 +107,56 @@ def test_each_evaluation_logs_the_residual_streams_rms_per_block(cache, text_dir
         h = block(h, model.residual_scale[i])
         by_hand.append(h.pow(2).mean().sqrt().item())
     assert evals[-1]["act_rms"] == pytest.approx(by_hand, rel=1e-5)
+
+
+SWEEP = '''
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from experiments.lib import common
+
+def main():
+    out, argv = Path(sys.argv[2]), sys.argv[3:]
+    prov = common.Provenance(out, argv=["--test"])
+    runs = [common.Run(f"r{i}", out / "runs" / f"r{i}", argv + ["--iters", "2" if i == 0 else "100000"])
+            for i in range(4)]
+    prov.finish(runs_trained=len(common.run_sweep(runs, jobs=2, threads=1)))
+
+if __name__ == "__main__":  # the workers are spawned: they import this file
+    common.main_guard(main)
+'''
+
+
+def test_ctrl_c_stops_a_sweep_its_runs_checkpoint_no_queued_run_starts_and_it_is_recorded(cache, text_dir,
+                                                                                           tmp_path):
+    """Ctrl-C in a terminal (SIGINT to the sweep and its workers) while 2 of 4 runs train: the
+    finished run stays finished, both runs in flight save a checkpoint, the queued run never
+    starts, and provenance.json records the stopped invocation with the one run it finished."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    root, out = Path(__file__).resolve().parents[1], tmp_path / "sweep"
+    (tmp_path / "sweep.py").write_text(SWEEP)
+    i = TINY.index("--threads")
+    argv = ["--stages", f"text:{text_dir}"] + TINY[:i] + TINY[i + 2:]  # the sweep sets --threads
+    p = subprocess.Popen([sys.executable, str(tmp_path / "sweep.py"), str(root), str(out)] + argv,
+                         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    running = lambda: all((out / "runs" / r / "metrics.jsonl").exists() for r in ("r1", "r2"))
+    try:
+        deadline = time.time() + 120
+        while not running() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert running(), p.communicate()[0] if p.poll() is not None else "the runs did not start within 120 s"
+        os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+        log = p.communicate(timeout=120)[0]
+    finally:
+        if p.poll() is None:  # a failed test leaves no sweep behind
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, log
+    assert (out / "runs" / "r0" / "summary.json").exists()
+    assert all((out / "runs" / r / "ckpt.pt").exists() and not (out / "runs" / r / "summary.json").exists()
+               for r in ("r1", "r2")), log
+    assert not (out / "runs" / "r3").exists(), log
+    (entry,) = json.loads((out / "provenance.json").read_text())
+    assert entry["stopped"] == "interrupted" and entry["runs_trained"] == 1 and entry["wall_seconds"] > 0

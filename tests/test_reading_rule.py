@@ -91,3 +91,24 @@ def test_kept_provenance_falls_back_to_the_reports_own(tmp_path):
     assert common.kept_provenance(tmp_path) == prov
     assert common.provenance_line(prov).endswith("CPU time not recorded. Reconstructed from the notes.")
     assert common.kept_provenance(tmp_path / "none") is None
+
+
+def test_a_stopped_invocation_is_recorded_unless_it_was_a_wrong_start(tmp_path):
+    """main_guard records an invocation that Ctrl-C or an error stopped (Provenance.stop): with
+    the runs finished since it started; one that finished nothing in its first minute is not kept."""
+    def stopped_main(finish_a_run, error):
+        def main():
+            common.Provenance(tmp_path, argv=["--seeds", "3"])
+            if finish_a_run:
+                (tmp_path / "runs" / "a").mkdir(parents=True)
+                (tmp_path / "runs" / "a" / "summary.json").write_text("{}")
+            raise error
+        with pytest.raises(SystemExit) as e:
+            common.main_guard(main)
+        return e.value.code
+    assert stopped_main(False, KeyboardInterrupt()) == 130 and not (tmp_path / "provenance.json").exists()
+    assert stopped_main(True, KeyboardInterrupt()) == 130
+    assert stopped_main(False, common.UserError("a run failed")) == 2  # adds nothing: no run since it started
+    (entry,) = json.loads((tmp_path / "provenance.json").read_text())
+    assert entry["stopped"] == "interrupted" and entry["runs_trained"] == 1 and entry["command"].endswith("--seeds 3")
+    assert common.Provenance.active is None

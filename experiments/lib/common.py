@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,11 +155,20 @@ def run_sweep(runs, jobs=1, threads=0, keep=None):
         return results
     print(f"{len(todo)} runs, {jobs} at a time, {threads} thread(s) each; logs in <run>/log.txt", flush=True)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_worker, list(map(str, r.argv)), str(r.folder), threads): r for r in todo}
-        for k, f in enumerate(as_completed(futures), 1):
-            r = futures[f]
-            results[r.name] = f.result()
-            print(f"[{k}/{len(todo)}] {r.name}: {results[r.name][0]} ({results[r.name][1]:.0f} s)", flush=True)
+        queued, running = list(todo), {}  # a run is handed to a worker only when one is free
+        try:
+            while queued or running:
+                while queued and len(running) < jobs:
+                    r = queued.pop(0)
+                    running[pool.submit(_worker, list(map(str, r.argv)), str(r.folder), threads)] = r
+                for f in wait(running, return_when=FIRST_COMPLETED).done:
+                    r = running.pop(f)
+                    results[r.name] = f.result()  # a run stopped by Ctrl-C raises train.Interrupted here
+                    print(f"[{len(results)}/{len(todo)}] {r.name}: {results[r.name][0]} ({results[r.name][1]:.0f} s)",
+                          flush=True)
+        except KeyboardInterrupt:  # Ctrl-C (a terminal's reaches the workers too): no queued run starts;
+            print("\nCtrl-C: the runs in flight save a checkpoint; no queued run starts", file=sys.stderr, flush=True)
+            raise                  # leaving the pool waits for the runs in flight
     failed = [n for n, (s, _) in results.items() if s.startswith("failed")]
     if failed:
         raise UserError(f"{len(failed)} run(s) failed with an error (not a divergence): {failed}; "
@@ -356,8 +365,14 @@ class Provenance:
         prov.finish(runs_trained=n) # wall and CPU seconds of this invocation (workers included)
         report["provenance"] = prov.summary()
 
+    An invocation stopped before finish() (Ctrl-C, an error) is recorded too, by main_guard
+    through Provenance.active (see stop()): its time, `stopped` (why), and as runs_trained the
+    runs that finished under OUT since it started (their summary.json or diverged.json is newer).
+
     summary(): the latest training invocation's commit, dirty, command and hardware; wall and
     CPU seconds summed over every invocation; and the invocations themselves."""
+
+    active = None  # the invocation in progress (started, not finished), for main_guard
 
     def __init__(self, out, argv=None):
         self.path = Path(out) / "provenance.json"
@@ -368,6 +383,8 @@ class Provenance:
                       "hardware": hardware_info()}
         self._t0 = time.time()
         self._cpu0 = self._cpu()
+        self.out = Path(out)
+        Provenance.active = self
 
     @staticmethod
     def _cpu():
@@ -378,13 +395,26 @@ class Provenance:
     def entries(self):
         return json.loads(self.path.read_text()) if self.path.exists() else []
 
-    def finish(self, runs_trained):
-        """Append this invocation (if it trained anything) and return summary()."""
-        if runs_trained:
+    def finish(self, runs_trained, stopped=None):
+        """Append this invocation (if it trained anything, or was stopped: its time was spent
+        all the same, and its interrupted runs resume from their checkpoints); return summary()."""
+        Provenance.active = None
+        if runs_trained or stopped:
             self.entry.update(wall_seconds=time.time() - self._t0, cpu_seconds=self._cpu() - self._cpu0,
-                              runs_trained=runs_trained)
+                              runs_trained=runs_trained, **({"stopped": stopped} if stopped else {}))
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_json(self.path, self.entries() + [self.entry])
+        return self.summary()
+
+    def stop(self, why):
+        """Append this invocation, stopped before finish() (main_guard calls it), unless it
+        finished nothing within its first minute (a wrong start is not a record): runs_trained
+        counts the runs that finished under OUT since it started."""
+        done = sum(1 for name in ("summary.json", "diverged.json") for f in self.out.rglob(name)
+                   if f.stat().st_mtime >= self._t0)
+        if done or time.time() - self._t0 >= 60:
+            return self.finish(done, stopped=why)
+        Provenance.active = None
         return self.summary()
 
     def summary(self):
@@ -470,12 +500,18 @@ def pyplot():
 
 
 def main_guard(main):
-    """Run an experiment's main(); a UserError is one line on stderr and exit 2."""
+    """Run an experiment's main(); a UserError is one line on stderr and exit 2. An invocation
+    stopped by Ctrl-C or an error is recorded in its provenance (Provenance.stop)."""
+    Provenance.active = None  # only an invocation this main() starts
     try:
         main()
     except UserError as e:
+        if Provenance.active:
+            Provenance.active.stop(f"error: {e}")
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
+        if Provenance.active:
+            Provenance.active.stop("interrupted")
         print("\ninterrupted; rerun the same command to resume (finished runs are skipped)", file=sys.stderr)
         sys.exit(130)
