@@ -25,12 +25,13 @@ haystack,reversed_addition,sorting --transfers full,attn,mlp --split-kinds dyck,
 shorten it). Time, measured 2026-12-01 on 2 quiet cores with --jobs 2 (1 thread a run): a
 pre-training run 603-649 s, a diagnostic run 3.8 steps/s (44 min for 10,000 steps; GPT.forward
 scores only the counted positions, bench.py --tiny), so the default is about 6 x 10.5 / 2 + 5 x 44
-~ 4.2 h: more than one 3-hour session; a stopped sweep goes on from its finished runs and from
-each interrupted run's last checkpoint (every 500 steps). --quick (30 steps a run, 1 seed, 5
+~ 4.2 h (experiments/results/procedural: 256 min wall, resumed over two sessions, partly --jobs 3,
+which on 2 cores gave 13% fewer steps a second in all than --jobs 2): more than one 3-hour
+session; a stopped sweep goes on from its finished runs and from each interrupted run's last
+checkpoint (every 500 steps). --quick (30 steps a run, 1 seed, 5
 runs) takes about a minute.
 
---preset table (the earlier default; its report is experiments/results/procedural until the
-default's results replace it):
+--preset table (the earlier default; its report is experiments/results/procedural-table):
 (a) the diagnostic table: rows = no pre-training / each procedural kind / each kind shuffled,
     columns = exact-answer accuracy on each diagnostic task (data/tasks.py), for the transfer
     modes full / attention-only / MLP-only; the authors' diagnostic model (2 layers, 4 heads, d=16).

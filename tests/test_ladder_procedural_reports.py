@@ -1,6 +1,7 @@
-"""The committed ladder and procedural reports: rebuilt from their report.json alone (no run
-folders) they come out byte-identical; their verdicts follow from their own runs by the reading
-rule (that the report modules import no experiment script: tests/test_house.py)."""
+"""The committed ladder and procedural reports (the procedural default's, and the earlier table
+preset's in procedural-table): rebuilt from their report.json alone (no run folders) they come out
+byte-identical; their verdicts follow from their own runs by the reading rule (that the report
+modules import no experiment script: tests/test_house.py)."""
 import json
 import shutil
 from pathlib import Path
@@ -14,16 +15,24 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 
 
+REPORTS = ["ladder", "procedural", "procedural-table"]
+
+
+def script(name):
+    """The experiment that wrote experiments/results/<name> (an earlier preset's folder: <script>-<preset>)."""
+    return name.split("-")[0]
+
+
 def rebuilt(name, tmp_path):
     """A copy of experiments/results/<name>, rebuilt with --report-only; returns (copy, original)."""
     from experiments import ladder, procedural
     out = tmp_path / name
     shutil.copytree(RESULTS / name, out)
-    {"ladder": ladder, "procedural": procedural}[name].main(["--report-only", "--out", str(out)])
+    {"ladder": ladder, "procedural": procedural}[script(name)].main(["--report-only", "--out", str(out)])
     return out, RESULTS / name
 
 
-@pytest.mark.parametrize("name", ["ladder", "procedural"])
+@pytest.mark.parametrize("name", REPORTS)
 def test_report_only_rebuilds_the_committed_report_byte_identical(name, tmp_path):
     out, committed = rebuilt(name, tmp_path)
     for f in ("report.md", "report.json"):
@@ -31,7 +40,7 @@ def test_report_only_rebuilds_the_committed_report_byte_identical(name, tmp_path
     assert not (out / "runs").exists() and not (out / "provenance.json").exists()
 
 
-@pytest.mark.parametrize("name", ["ladder", "procedural"])
+@pytest.mark.parametrize("name", REPORTS)
 def test_results_page_contract(name):
     rep = json.loads((RESULTS / name / "report.json").read_text())
     assert set(rep["source"]) == {"arxiv", "title"} and rep["regime"]
@@ -40,7 +49,8 @@ def test_results_page_contract(name):
         assert set(v) == {"claim", "paper", "ours", "test", "verdict"} and v["verdict"] in common.VERDICTS
     p = rep["provenance"]
     assert set(p) >= {"commit", "dirty", "command", "hardware", "wall_seconds", "cpu_seconds", "runs_trained",
-                      "invocations"} and p["command"] == f"python experiments/{name}.py" and len(p["commit"]) == 40
+                      "invocations"} and len(p["commit"]) == 40
+    assert p["command"].split()[:2] == ["python", f"experiments/{script(name)}.py"]  # (+ invocation flags: --jobs)
 
 
 def test_ladder_verdicts_follow_from_the_runs_by_welch():
@@ -62,3 +72,26 @@ def test_ladder_verdicts_follow_from_the_runs_by_welch():
     md = (RESULTS / "ladder" / "report.md").read_text()
     assert "significant" not in md and "every width" not in md
 
+
+def test_procedural_default_is_the_authors_budget_and_its_p_values_recompute():
+    """The procedural default's committed report: HAYSTACK with no pre-training, Dyck and shuffled
+    Dyck, n >= 3 each, every run at the authors' 10,000,000 records with its accuracy curve; the
+    verdicts' and the comparisons' p-values are scipy's Welch test on the runs' accuracies."""
+    rep = json.loads((RESULTS / "procedural" / "report.json").read_text())
+    assert rep["settings"]["preset"] == "authors"
+    runs = [r for r in rep["runs"] if r["part"] == "task" and r["task"] == "haystack"]
+    token = {c: [r["token"] for r in sorted(runs, key=lambda r: r["seed"]) if r["condition"] == c]
+             for c in ("none", "dyck", "dyck-shuffled")}
+    assert all(len(v) >= 3 for v in token.values()), {c: len(v) for c, v in token.items()}
+    for r in runs:
+        assert r["records_seen"] >= 10_000_000 and r["curve"][-1][0] == r["records_seen"]
+        assert all(0 <= acc <= 1 for _, acc in r["curve"]) and r["curve"] == sorted(r["curve"])
+    welch = lambda x, y: stats.ttest_ind(x, y, equal_var=False).pvalue
+    cmp = rep["comparisons"]["haystack"]
+    assert cmp["vs_none"]["dyck"]["token"]["p"] == pytest.approx(welch(token["dyck"], token["none"]), rel=1e-9)
+    assert cmp["vs_shuffled"]["dyck"]["token"]["p"] == pytest.approx(welch(token["dyck"], token["dyck-shuffled"]),
+                                                                      rel=1e-9)
+    by_claim = {v["claim"]: v for v in rep["verdicts"]}
+    assert common.fmt_p(welch(token["dyck"], token["none"])) in by_claim["Dyck pre-training lifts HAYSTACK"]["test"]
+    assert common.fmt_p(welch(token["dyck"], token["dyck-shuffled"])) in \
+        by_claim["shuffled procedural data loses the benefit"]["test"]

@@ -11,7 +11,7 @@ collect reads each run's summary.json, metrics.jsonl and, for the diagnostic tas
 checkpoint (each answer token's teacher-forced accuracy, cached in the run's answer_metrics.json).
 Everything else (the tables, comparisons, verdicts and every figure) follows from the records,
 which report.json keeps as `runs`: `--report-only` on a folder without run folders (a copy of
-experiments/results/procedural) rebuilds the same report from them. A sentence calls a difference
+experiments/results/procedural-table) rebuilds the same report from them. A sentence calls a difference
 an effect only through the reading rule: common.compare (Welch p < 0.05 with at least 3 runs per
 side: with 2 seeds no single cell passes it, whatever its p) or, pooled over many cells, the
 paired t-test of procedural_verdicts.paired (p < 0.05 with at least 3 pairs).
