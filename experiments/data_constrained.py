@@ -118,8 +118,8 @@ from batches import load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep  # noqa: E402
 from experiments.lib import data_constrained_scan as sc  # noqa: E402
-from experiments.lib.common import (Provenance, Run, add_sweep_args, is_finished, main_guard, read_summary,  # noqa: E402
-                                    run_sweep)
+from experiments.lib.common import (Provenance, Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
+                                    read_summary, run_sweep)
 from experiments.lib.evaluate import evaluate_run, evaluate_runs  # noqa: E402
 
 METHODS = ("wd", "wd+mir", "ar-weak", "mdlm-weak", "mdlm-strong", "mdlm-tuned")
@@ -509,7 +509,10 @@ def plan(a):
     total += t
     lines.append(f"in all ~{total / 3600:.1f} h of training on 2 quiet cores (STEP_MS, from the earlier default's "
                  "measured steps; +-50%), plus minutes of evaluation and fits")
-    return "\n".join(lines)
+    every = unique(seen + sweep + grid)
+    todo = [r for r in every if not is_finished(r.folder)]
+    measured = pace_line(every, lambda r: seconds_of(a, [r]), seconds_of(a, todo), a.jobs)
+    return "\n".join(lines + ([measured] if measured else []))
 
 
 # ---------------------------------------------------------------------------------------------

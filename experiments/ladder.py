@@ -396,6 +396,9 @@ def print_plan(a, runs):
           f"time with --jobs {a.jobs} on 2 quiet cores: ~{todo / jobs / 60:.0f} min (CPU costs measured here, "
           f"1 thread per run), ~{REFERENCE_FACTOR * todo / jobs / 60:.0f} min as the reference run went "
           f"({REFERENCE_FACTOR:.2f}x its estimate); a shared machine is up to ~2x slower; a GPU run is not estimated")
+    measured = common.pace_line(runs.values(), lambda r: r.meta["cpu_s"], todo, jobs)
+    if measured:
+        print(measured)
     return todo / jobs
 
 

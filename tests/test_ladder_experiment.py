@@ -63,7 +63,9 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     ladder.main(argv)
     rep = json.loads((out / "report.json").read_text())
     assert set(rep) == {"source", "regime", "figures", "verdicts", "provenance", "prose_unigram_ppl", "settings",
-                        "facts", "runs", "table", "comparisons", "missing", "contributions", "checks"}
+                        "facts", "runs", "table", "comparisons", "missing", "contributions", "checks",
+                        "front_table"}
+    assert len(rep["front_table"]["lines"]) == 2 + 6
     assert [e["contribution"] for e in rep["contributions"]] == [1, 2, 3, 4, 5, 6]
     assert all(e["verdict"] in common.VERDICTS for e in rep["contributions"])
     assert rep["figures"][-1] == "music.png" and (out / "music.png").stat().st_size > 0
@@ -199,3 +201,9 @@ def test_contribution_checks_and_paired_readings():
     assert paired["music -> prose: lower perplexity at the end"] == f"d16 {common.fmt_p(p)} (n = 3)"
     entries = ladder_contributions.contributions(ladder_report.verdicts(records, 2000.0), paired)
     assert entries[0]["verdict"] == "reproduces" and entries[5]["verdict"] == "not measured"
+    front = ladder_contributions.front_table(entries, ladder_report.claim_changes(records))["lines"]
+    welch = stats.ttest_ind([600, 601, 602], [700, 703, 706], equal_var=False).pvalue
+    change = 100 * (601 / 703 - 1)
+    assert f"(b) music vs random d16 {change:+.1f}% ({common.fmt_p(welch)}, n = 3/3)" in front[2]
+    assert front[2].startswith("| 1 | music before prose") and front[2].endswith("| **reproduces** |")
+    assert "| (a) not in this run (b) not in this run (c) not in this run |" in front[4]

@@ -1,5 +1,6 @@
 """The one reading rule every report uses (experiments/lib/common.py): when a difference may be
-called an effect, the sentence that says so, a claim's verdict from its cells, and provenance."""
+called an effect, the sentence that says so, a claim's verdict from its cells, provenance, and the
+plans' measured pace."""
 import json
 import statistics
 
@@ -112,3 +113,15 @@ def test_a_stopped_invocation_is_recorded_unless_it_was_a_wrong_start(tmp_path):
     (entry,) = json.loads((tmp_path / "provenance.json").read_text())
     assert entry["stopped"] == "interrupted" and entry["runs_trained"] == 1 and entry["command"].endswith("--seeds 3")
     assert common.Provenance.active is None
+
+
+def test_pace_line_scales_the_rest_by_the_finished_runs_measured_time(tmp_path):
+    runs = [common.Run(f"r{i}", tmp_path / f"r{i}", []) for i in range(3)]
+    estimate = {"r0": 100.0, "r1": 300.0, "r2": 600.0}
+    assert common.pace_line(runs, lambda r: estimate[r.name], 600.0, 2) == ""  # nothing finished yet
+    for r, seconds in ((runs[0], 300.0), (runs[1], 900.0)):  # 3x their estimates of 100 and 300 s
+        r.folder.mkdir()
+        (r.folder / "summary.json").write_text(json.dumps({"seconds": seconds}))
+    line = common.pace_line(runs, lambda r: estimate[r.name], 600.0, 2)
+    assert "the 2 finished run(s) took 20 min, 3.00x their estimate" in line
+    assert line.endswith("the rest at that pace ~15 min with --jobs 2")  # 3 x 600 s / 2 jobs

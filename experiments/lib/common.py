@@ -81,6 +81,19 @@ def read_summary(folder):
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def pace_line(runs, estimate, todo_s, jobs):
+    """The plans' estimate measured on this machine: the finished runs of `runs` (summary.json's
+    `seconds`, each run's wall time beside the sweep's other jobs) against estimate(run) -> CPU
+    seconds, and the todo_s CPU seconds still to run scaled by that ratio; '' before any finished."""
+    done = [r for r in runs if (Path(r.folder) / "summary.json").exists()]
+    measured, est = sum(read_summary(r.folder)["seconds"] for r in done), sum(estimate(r) for r in done)
+    if not done or est <= 0:
+        return ""
+    ratio = measured / est
+    return (f"measured here: the {len(done)} finished run(s) took {measured / 60:.0f} min, {ratio:.2f}x their "
+            f"estimate; the rest at that pace ~{ratio * todo_s / max(jobs, 1) / 60:.0f} min with --jobs {jobs}")
+
+
 def read_events(folder, event=None):
     """The events of metrics.jsonl (optionally only one kind), the last record of each
     (stage_index, iter, event): a resumed run logs some steps twice."""

@@ -56,13 +56,29 @@ def contributions(verdict_list, paired_text):
     out = []
     for n, title, paper, claims in SIX:
         vs = [by_claim[c] for c in claims if c in by_claim]
-        each = lambda texts: " ".join(f"({'abc'[i]}) {t}" for i, t in enumerate(texts)) if len(texts) > 1 else \
-            "".join(texts)  # (a), (b): the claims in order (a table cell cannot hold a '|')
         out.append({"contribution": n, "title": title, "paper": paper, "claims": claims,
-                    "ours": each([v["ours"] for v in vs]), "test": each([v["test"] for v in vs]),
-                    "paired": each([paired_text.get(c, "-") for c in claims]),
+                    "ours": lettered([v["ours"] for v in vs]), "test": lettered([v["test"] for v in vs]),
+                    "paired": lettered([paired_text.get(c, "-") for c in claims]),
                     "verdict": common.combined_verdict([v["verdict"] for v in vs])})
     return out
+
+
+def lettered(texts):
+    """'(a) .. (b) ..': one text per claim, in order (a table cell cannot hold a '|'); one text alone as it is."""
+    return " ".join(f"({'abcdef'[i]}) {t}" for i, t in enumerate(texts)) if len(texts) > 1 else "".join(texts)
+
+
+def front_table(entries, changes):
+    """report.json's `front_table` (RESULTS.md and the README show it beside the claims): per
+    contribution the paper's number, ours as each claim's change in prose perplexity with Welch's
+    p, and the verdict. changes: {claim: 'music vs random d16 -13.6% (p = 0.017, n = 3/3)'}."""
+    lines = ["| # | contribution | paper | ours: x vs y, change of x's prose perplexity (Welch p, n) | verdict |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {e['contribution']} | {e['title']} | {e['paper']} | "
+              f"{lettered([changes.get(c, 'not in this run') for c in e['claims']])} | **{e['verdict']}** |"
+              for e in entries]
+    return {"title": "The ladder paper's six contributions beside its numbers (each claim's cells in RESULTS.md)",
+            "lines": lines}
 
 
 def cell_means(records, c, metric):

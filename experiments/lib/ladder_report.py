@@ -506,6 +506,17 @@ def paired_readings(records):
     return out
 
 
+def claim_changes(records):
+    """{claim: its cells as 'music vs random d16 -13.6% (p = 0.017, n = 3/3)'} (the front table's column)."""
+    out = {}
+    for claim, paper, pairs, metric, widths, direction in CLAIMS:
+        cells = [f"{c['x']} vs {c['y']} d{c['width']} {change(c)} ({common.fmt_p(c['p'])}, {common.fmt_n(c)})"
+                 for _, c, _ in claim_cells(records, pairs, metric, widths, direction)]
+        if cells:
+            out[claim] = ("first epoch: " if metric == "ppl_first_epoch" else "") + "; ".join(cells)
+    return out
+
+
 def is_contributions(a):
     """True for the contributions preset's report (a report.json of the earlier default has no preset)."""
     return getattr(a, "preset", "subset") != "subset"
@@ -523,7 +534,8 @@ def render(a, data, details, out, provenance):
         figures = FIGURES + ([MUSIC_FIGURE] if (out / MUSIC_FIGURE).exists() else [])
         entries = ladder_contributions.contributions(verdict_list, paired_readings(records))
         check_list = ladder_contributions.checks(records, data["prose_unigram_ppl"])
-        extra = {"contributions": entries, "checks": check_list}
+        extra = {"contributions": entries, "checks": check_list,
+                 "front_table": ladder_contributions.front_table(entries, claim_changes(records))}
         section = ladder_contributions.markdown(a, data, entries, check_list, MUSIC_FIGURE in figures and MUSIC_FIGURE)
         head, tail = text.split(CLAIMS_HEADING, 1)
         text = head + "\n".join(section) + "\n" + CLAIMS_HEADING + tail
