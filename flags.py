@@ -10,7 +10,7 @@ import argparse
 import data
 import prores
 import transfer
-from model import INITS, NORMS
+from model import DROPOUT_AT, INITS, NORMS
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -77,6 +77,9 @@ def _model_flags(p):
     g.add_argument("--n-embd", type=int, default=64, help="width d_model (default: %(default)s)")
     g.add_argument("--block-size", type=int, default=128, help="context length in tokens (default: %(default)s)")
     g.add_argument("--dropout", type=float, default=0.0, help="dropout (default: %(default)s)")
+    g.add_argument("--dropout-at", default="all", choices=tuple(DROPOUT_AT),
+                   help="where --dropout applies: " + "; ".join(f"{k}: {v}" for k, v in DROPOUT_AT.items())
+                        + " (default: %(default)s)")
     g.add_argument("--no-bias", action="store_true", help="no biases in Linear layers and LayerNorms")
     g.add_argument("--no-tie", action="store_true", help="untie the LM head from the token embedding")
     g.add_argument("--norm", default="pre", choices=NORMS,

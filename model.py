@@ -25,6 +25,14 @@ from lm_loss import linear_cross_entropy
 
 NORMS = ("pre", "post", "sandwich", "deepnorm", "lns", "lns-init")
 INITS = ("gpt2", "plain", "deepnet")
+# where --dropout applies. all: GPT-2 / nanoGPT's sites, the embeddings' sum, the attention
+# probabilities and the output of both residual branches. attn-out: only the attention block's
+# output projection, as the data-constrained authors' model (dc_pretrain dcp/model.py:135 builds
+# resid_dropout, :149 applies it to c_proj's output; their MLP and embeddings have none), and
+# about half the CPU step of `all` at their sizes (no mask on the T x T probabilities, and the
+# fused attention kernel, which has no dropout, stays in use).
+DROPOUT_AT = {"all": "embeddings, attention probabilities, both residual branches (GPT-2)",
+              "attn-out": "the attention block's output projection only (the data-constrained authors')"}
 
 
 class LayerNorm(nn.Module):
@@ -52,7 +60,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.n_head = config.n_head
-        self.dropout = config.dropout
+        self.dropout = config.dropout if config.dropout_at == "all" else 0.0  # on the attention probabilities
         self.causal = config.causal
 
     def forward(self, x, query=None):
@@ -81,7 +89,7 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = nn.Dropout(config.dropout if config.dropout_at == "all" else 0.0)
 
     def forward(self, x):
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
@@ -147,6 +155,7 @@ class GPTConfig:
     n_head: int = 4
     n_embd: int = 64
     dropout: float = 0.0
+    dropout_at: str = "all"  # one of DROPOUT_AT: where the dropout applies
     bias: bool = True      # biases in Linears and LayerNorms, like GPT-2
     tie_weights: bool = True  # LM head shares the token-embedding matrix, like GPT-2
     norm: str = "pre"      # one of NORMS
@@ -184,6 +193,8 @@ class GPT(nn.Module):
         super().__init__()
         if config.norm not in NORMS:
             raise ValueError(f"unknown norm placement {config.norm!r}; choose one of {NORMS}")
+        if config.dropout_at not in DROPOUT_AT:
+            raise ValueError(f"unknown dropout placement {config.dropout_at!r}; choose one of {tuple(DROPOUT_AT)}")
         if config.init not in INITS:
             raise ValueError(f"unknown init {config.init!r}; choose one of {INITS}")
         if config.init == "deepnet" and config.norm != "deepnorm":
@@ -193,7 +204,7 @@ class GPT(nn.Module):
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd),
-            drop=nn.Dropout(config.dropout),
+            drop=nn.Dropout(config.dropout if config.dropout_at == "all" else 0.0),
             h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
             ln_f=LayerNorm(config.n_embd, bias=config.bias),
         ))

@@ -177,6 +177,7 @@ def build_model(args, corpus, objective, prev, device, master):
     dtype, head_dtype = resolve_dtype(args.dtype, device, corpus.vocab_size)
     cfg = GPTConfig(block_size=args.block_size, vocab_size=corpus.vocab_size + objective.extra_tokens,
                     n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout,
+                    dropout_at=args.dropout_at,
                     bias=not args.no_bias, tie_weights=not args.no_tie, norm=args.norm, init=args.init,
                     causal=objective.causal, loss_impl=args.loss_impl, head_dtype=head_dtype)
     model = GPT(cfg)

@@ -11,11 +11,13 @@ Xu et al., arXiv 2606.06888 (github.com/yixinw-lab/dc_pretrain): MIR lowers the 
                                                            # ... or from report.json alone (runs gone)
 
 The default, --preset authors: the authors' baseline in a regime where the law can fan out.
-- Their baseline: dropout 0.1 (dc_pretrain dcp/model.py:95; dcp/train4_diffusionauxiliary_impl.py:108) and
-  an untied LM head (dcp/model.py:194, its own Linear) that is weight-decayed (their setup_optimizer,
-  dcp/train4_diffusionauxiliary_impl.py:314-333, decays everything but embeddings, norms and biases; ours,
-  model.configure_optimizers, puts an untied lm_head.weight in the decayed group): --dropout 0.1 --no-tie
-  on every run, in report.json `settings` (dropout, tie). Decays 0.1-3.2 (theirs 0.4-3.2 by size,
+- Their baseline: dropout 0.1 (dc_pretrain dcp/model.py:95; dcp/train4_diffusionauxiliary_impl.py:108) on
+  the attention block's output projection only (dcp/model.py:135, 149: no dropout on the attention
+  probabilities, the MLP or the embeddings), and an untied LM head (dcp/model.py:194, its own Linear)
+  that is weight-decayed (their setup_optimizer, dcp/train4_diffusionauxiliary_impl.py:314-333, decays
+  everything but embeddings, norms and biases; ours, model.configure_optimizers, puts an untied
+  lm_head.weight in the decayed group): --dropout 0.1 --dropout-at attn-out --no-tie on every run, in
+  report.json `settings` (dropout, dropout_at, tie). Decays 0.1-3.2 (theirs 0.4-3.2 by size,
   scripts/all5models_baseline.sh:21-25), 2 sweep seeds, the decay with the lowest MEAN chosen, shown
   beside the spread of the means and the seed std.
 - Phase 0, the scan (experiments/lib/data_constrained_scan.py, its rule there): AR at decay 0.1, seed 0,
@@ -129,7 +131,7 @@ METHOD_RUN = {"wd": ("ar", "strong"), "wd+mir": ("mir", "strong"), "ar-weak": ("
 # the authors' baseline (the default): dropout 0.1, untied decayed head, a scan for the regime, 2 sweep seeds
 AUTHORS = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="64000,128000,256000,512000", epochs=16, seeds=2,
                seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128, dropout=0.1, tie=False,
-               sweep_seeds=2, scan=True, scan_sizes="L2d32,L3d48,L4d64,L4d96,L6d128", scan_budgets="32000,64000,128000",
+               dropout_at="attn-out", sweep_seeds=2, scan=True, scan_sizes="L2d32,L3d48,L4d64,L4d96,L6d128", scan_budgets="32000,64000,128000",
                scan_epochs="16,32", max_budget=512000, methods="wd,wd+mir,mdlm-tuned,mdlm-strong",
                mdlm_strong_decay=3.2, mdlm_epochs=32, mdlm_budgets=2, scan_fallback=False)
 AUTHORS_QUICK = dict(AUTHORS, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4, seeds=2,
@@ -138,7 +140,7 @@ AUTHORS_QUICK = dict(AUTHORS, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,1600
 # the earlier default (experiments/results/data_constrained was made with it): no dropout, tied head
 EARLIER = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="8000,16000,32000,64000", epochs=16, seeds=3,
                seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128, dropout=0.0, tie=True,
-               sweep_seeds=1, scan=False, methods="wd,wd+mir,ar-weak,mdlm-weak,mdlm-strong", mdlm_strong_decay=None,
+               dropout_at="all", sweep_seeds=1, scan=False, methods="wd,wd+mir,ar-weak,mdlm-weak,mdlm-strong", mdlm_strong_decay=None,
                mdlm_epochs=None, mdlm_budgets=0, scan_fallback=False, scan_sizes=None, scan_budgets=None,
                scan_epochs=None, max_budget=None)
 EARLIER_QUICK = dict(EARLIER, sizes="L1d16,L2d24,L2d32,L3d48", budgets="4000,8000,16000", epochs=4, seeds=2,
@@ -161,6 +163,9 @@ def parse_args(argv=None):
                         "experiments/results/data_constrained)")
     p.add_argument("--plan", action="store_true", help="print the phases, their runs and the estimated time; train nothing")
     p.add_argument("--dropout", type=float, default=None, help="dropout of every run (authors 0.1, earlier 0)")
+    p.add_argument("--dropout-at", default=None, choices=("all", "attn-out"),
+                   help="where the dropout applies (train.py --dropout-at; authors attn-out: only the attention "
+                        "block's output projection, as their model)")
     p.add_argument("--tie", dest="tie", action="store_const", const=True, default=None,
                    help="tie the LM head to the embedding (the earlier preset)")
     p.add_argument("--no-tie", dest="tie", action="store_const", const=False,
@@ -300,7 +305,8 @@ def run_tag(a, epochs):
     (empty for the earlier preset's runs, whose names stay as they were)."""
     if a.preset == "earlier":
         return ""
-    return f"-e{epochs:g}-do{a.dropout:g}" + ("" if a.tie else "-untied")
+    return (f"-e{epochs:g}-do{a.dropout:g}" + ("" if a.dropout_at == "all" else f"-{a.dropout_at.replace('-', '')}")
+            + ("" if a.tie else "-untied"))
 
 
 def train_argv(a, obj, size, U, wd, lr, seed, epochs=None):
@@ -319,7 +325,7 @@ def train_argv(a, obj, size, U, wd, lr, seed, epochs=None):
             "--eval-interval", max(1, min(250, steps)), "--eval-iters", 4,
             "--eval-splits", "val" if a.preset == "earlier" else "train,val", "--log-interval", 10]
     if a.preset != "earlier":
-        argv += ["--dropout", f"{a.dropout:g}"] + ([] if a.tie else ["--no-tie"])
+        argv += ["--dropout", f"{a.dropout:g}", "--dropout-at", a.dropout_at] + ([] if a.tie else ["--no-tie"])
     if chunks:
         argv += ["--music-chunks", chunks]
     if obj == "mir":

@@ -269,7 +269,8 @@ def test_authors_preset_is_the_default_with_their_baseline():
     assert a.preset == "authors" and a.dropout == 0.1 and a.tie is False and a.sweep_seeds == 2
     run = dc.make_run(a, "ar", a.sizes[0], a.budgets[0], 1.6, 3e-3, 0)
     assert run.argv[run.argv.index("--dropout") + 1] == "0.1" and "--no-tie" in run.argv
-    assert run.name.endswith("-do0.1-untied")
+    assert run.argv[run.argv.index("--dropout-at") + 1] == "attn-out"  # their placement (dcp/model.py:149)
+    assert run.name.endswith("-do0.1-attnout-untied")
     seeds = {}
     for r in dc.sweep_runs(a):
         seeds.setdefault((r.meta["size"], r.meta["wd"]), set()).add(r.meta["seed"])
@@ -382,6 +383,7 @@ def test_authors_preset_end_to_end(tmp_path):
         rep = json.loads((out / "report.json").read_text())
         st = rep["settings"]
         assert st["preset"] == "authors" and st["dropout"] == 0.1 and st["tie"] is False
+        assert st["dropout_at"] == "attn-out"
         sw = {}
         for r in rep["sweep"]:
             sw.setdefault((r["size"], r["wd"]), []).append(r["seed"])

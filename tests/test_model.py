@@ -369,3 +369,27 @@ def test_a_mask_that_counts_nothing_scores_as_before(impl):
     for mask in (torch.zeros(2, 16, dtype=torch.long), torch.zeros(2, 16)):
         ours, ref = m(idx, tgt, mask)[1], reference_loss(m, idx, tgt, mask)
         assert torch.equal(ours.isnan(), ref.isnan()) and (ref.isnan() or ours.item() == ref.item())
+
+
+def test_dropout_at_attn_out_drops_only_the_attention_output():
+    """dropout_at='attn-out' (the data-constrained authors' placement): with every attention
+    output projection zeroed, a training-mode forward is the eval-mode one (no other site drops);
+    with it intact, or with dropout_at='all' (embeddings, probabilities, MLP too), it is not."""
+    x = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0))
+
+    def logits(at, zero_attn_out, train):
+        torch.manual_seed(0)
+        m = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16, dropout=0.5, dropout_at=at))
+        if zero_attn_out:
+            with torch.no_grad():
+                for b in m.transformer.h:
+                    b.attn.c_proj.weight.zero_()
+                    b.attn.c_proj.bias.zero_()
+        m.train(train)
+        torch.manual_seed(1)
+        return m(x)[0]
+    assert torch.equal(logits("attn-out", True, True), logits("attn-out", True, False))
+    assert not torch.allclose(logits("attn-out", False, True), logits("attn-out", False, False))
+    assert not torch.allclose(logits("all", True, True), logits("all", True, False))
+    with pytest.raises(ValueError, match="dropout placement"):
+        GPT(GPTConfig(dropout_at="mlp"))
