@@ -4,7 +4,7 @@ Xu et al., arXiv 2606.06888 (github.com/yixinw-lab/dc_pretrain): MIR lowers the 
 
     python experiments/data_constrained.py --plan          # the phases, their runs, the estimated time
     python experiments/data_constrained.py --quick         # the pipeline end to end, minutes
-    python experiments/data_constrained.py                 # the default (--preset authors), ~2.7 h (--plan)
+    python experiments/data_constrained.py                 # the default (--preset authors), ~4.7 h on 2 cores (--plan)
     python experiments/data_constrained.py --preset earlier  # the earlier default (described below)
     python experiments/data_constrained.py --report-only   # rebuild the report from finished runs
     python experiments/data_constrained.py --report-only --out experiments/results/data_constrained
@@ -35,8 +35,8 @@ The default, --preset authors: the authors' baseline in a regime where the law c
 - Report additions (experiments/lib/data_constrained_authors.py): the regime check, the scan table, the
   sweep by mean, a top-level `fan_out` (the wd slope test with a 95% bootstrap CI), MIR's multiplier with
   its bootstrap CI, MDLM strong vs tuned paired by cell.
-- Time (--plan, STEP_MS from the earlier default's measured steps, +-50%): scan ~0.4 h, sweep ~0.2 h,
-  grid ~2.1 h at the expected choice (4 sizes, 64k-512k, 16 epochs): ~2.7 h on 2 quiet cores.
+- Time (--plan, STEP_MS below, measured on a 2-core AMD EPYC, +-50%; after the first runs --plan also
+  scales the rest by their measured pace): see `--plan`.
 
 The rest of this docstring describes the phases and the earlier default (--preset earlier:
 dropout 0, tied head, one sweep seed, no scan; experiments/results/data_constrained was made with it).
@@ -148,9 +148,10 @@ EARLIER_QUICK = dict(EARLIER, sizes="L1d16,L2d24,L2d32,L3d48", budgets="4000,800
 PRESETS = {"authors": (AUTHORS, AUTHORS_QUICK), "earlier": (EARLIER, EARLIER_QUICK)}
 DEFAULTS, QUICK = EARLIER, EARLIER_QUICK  # the earlier names (its docstring's grid)
 SCAN_RULES = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3)
-# ms per optimizer step, one thread, two jobs on 2 quiet cores (the earlier default's measured steps, AR
-# 56-114 ms for N = 25k-448k): AR ~ 50 + N / 7,500; MIR ~2x, MDLM ~1.5x (their measured ratios)
-STEP_MS = dict(ar=lambda n: 50 + n / 7500, mir=lambda n: 2 * (50 + n / 7500), mdlm=lambda n: 1.5 * (50 + n / 7500))
+# ms per optimizer step, one thread, two jobs on 2 cores: the authors' preset's scan runs on a 2-core AVX2
+# AMD EPYC (2026-12-02; whole runs, startup and evaluations included: 52-57 ms at N = 31k, 132-141 at 210k,
+# 221-226 at 463k, 497-508 at 1.2M): AR ~ 50 + N / 2,700; MIR ~2x, MDLM ~1.5x (the earlier default's ratios)
+STEP_MS = dict(ar=lambda n: 50 + n / 2700, mir=lambda n: 2 * (50 + n / 2700), mdlm=lambda n: 1.5 * (50 + n / 2700))
 
 
 def parse_args(argv=None):
@@ -513,8 +514,8 @@ def plan(a):
     t = seconds_of(a, grid) / a.jobs
     lines.append(f"phase 2, grid: {len(grid)} runs beyond the sweep's ({', '.join(a.methods)}), ~{t / 3600:.1f} h")
     total += t
-    lines.append(f"in all ~{total / 3600:.1f} h of training on 2 quiet cores (STEP_MS, from the earlier default's "
-                 "measured steps; +-50%), plus minutes of evaluation and fits")
+    lines.append(f"in all ~{total / 3600:.1f} h of training on 2 quiet cores (STEP_MS, measured on a 2-core "
+                 "AMD EPYC; +-50%), plus minutes of evaluation and fits")
     every = unique(seen + sweep + grid)
     todo = [r for r in every if not is_finished(r.folder)]
     measured = pace_line(every, lambda r: seconds_of(a, [r]), seconds_of(a, todo), a.jobs)
