@@ -104,6 +104,7 @@ plus ~3 min of evaluation and fits.
 """
 
 import argparse
+import copy
 import math
 import os
 import sys
@@ -132,7 +133,7 @@ METHOD_RUN = {"wd": ("ar", "strong"), "wd+mir": ("mir", "strong"), "ar-weak": ("
 AUTHORS = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="64000,128000,256000,512000", epochs=16, seeds=2,
                seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128, dropout=0.1, tie=False,
                dropout_at="attn-out", sweep_seeds=2, scan=True, scan_sizes="L2d32,L3d48,L4d64,L4d96,L6d128", scan_budgets="32000,64000,128000",
-               scan_epochs="16,32", max_budget=512000, methods="wd,wd+mir,mdlm-tuned,mdlm-strong",
+               scan_epochs="16,32", max_budget=512000, grid_hours=4.0, methods="wd,wd+mir,mdlm-tuned,mdlm-strong",
                mdlm_strong_decay=3.2, mdlm_epochs=32, mdlm_budgets=2, scan_fallback=False)
 AUTHORS_QUICK = dict(AUTHORS, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4, seeds=2,
                      decays="0.1,1.6", block_size=64, scan_sizes="L1d16,L2d24,L2d32", scan_budgets="4000,8000",
@@ -142,12 +143,12 @@ EARLIER = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="8000,16000,32000,64000"
                seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128, dropout=0.0, tie=True,
                dropout_at="all", sweep_seeds=1, scan=False, methods="wd,wd+mir,ar-weak,mdlm-weak,mdlm-strong", mdlm_strong_decay=None,
                mdlm_epochs=None, mdlm_budgets=0, scan_fallback=False, scan_sizes=None, scan_budgets=None,
-               scan_epochs=None, max_budget=None)
+               scan_epochs=None, max_budget=None, grid_hours=None)
 EARLIER_QUICK = dict(EARLIER, sizes="L1d16,L2d24,L2d32,L3d48", budgets="4000,8000,16000", epochs=4, seeds=2,
                      seeded_sizes=1, decays="0.1,1.6", block_size=64)
 PRESETS = {"authors": (AUTHORS, AUTHORS_QUICK), "earlier": (EARLIER, EARLIER_QUICK)}
 DEFAULTS, QUICK = EARLIER, EARLIER_QUICK  # the earlier names (its docstring's grid)
-SCAN_RULES = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3)
+SCAN_RULES = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3, min_budgets=4)
 # ms per optimizer step, one thread, two jobs on 2 cores: the authors' preset's scan runs on a 2-core AVX2
 # AMD EPYC (2026-12-02; whole runs, startup and evaluations included: 52-57 ms at N = 31k, 132-141 at 210k,
 # 221-226 at 463k, 497-508 at 1.2M): AR ~ 50 + N / 2,700; MIR ~2x, MDLM ~1.5x (the earlier default's ratios)
@@ -180,6 +181,10 @@ def parse_args(argv=None):
     g.add_argument("--scan-epochs", default=None, help=f"candidate epochs (default {AUTHORS['scan_epochs']})")
     g.add_argument("--max-budget", type=int, default=None,
                    help=f"the grid's budgets double from U0 up to this (default {AUTHORS['max_budget']:,})")
+    g.add_argument("--grid-hours", type=float, default=None,
+                   help=f"the time limit of the sweep + grid at the scan's choice, in hours of two 1-thread jobs "
+                        f"(STEP_MS): the largest sizes, then budgets, are dropped until it fits (default "
+                        f"{AUTHORS['grid_hours']:g})")
     g.add_argument("--scan-fallback", action="store_const", const=True, default=None,
                    help="when no candidate qualifies, use the closest (default: an error; on with --quick)")
     p.add_argument("--mdlm-strong-decay", type=float, default=None,
@@ -373,7 +378,9 @@ def choose(a, runs):
     if any(r is None for r in recs):
         raise UserError(f"the scan has unfinished runs in {a.out / 'runs'}; rerun without --report-only")
     labels = [s[0] for s in a.scan_sizes]
-    scan = sc.choose_regime(recs, labels, SCAN_RULES)
+    fits = None if not a.grid_hours else \
+        (lambda e, u0, kept, budgets: grid_hours(a, e, u0, kept, budgets) <= a.grid_hours)
+    scan = sc.choose_regime(recs, labels, SCAN_RULES, a.max_budget, fits)
     scan.update(rules=SCAN_RULES, runs=recs, fallback=False)
     if scan["choice"] is None:
         c = sc.closest(scan)
@@ -384,11 +391,24 @@ def choose(a, runs):
         scan.update(choice=(c["epochs"], c["U0"]), sizes=c["kept"] or labels, fallback=True, fallback_note=note)
     e, u0 = scan["choice"]
     a.sizes = [s for s in a.scan_sizes if s[0] in scan["sizes"]]
-    a.epochs, a.budgets = e, sc.grid_budgets(u0, a.max_budget)
+    a.epochs, a.budgets = e, scan.get("budgets") or sc.grid_budgets(u0, a.max_budget)
     if getattr(a, "_sweep_at_u0", False):
         a.sweep_budget = u0
     scan["budgets"] = a.budgets
+    if a.grid_hours:
+        scan["grid_hours"] = dict(limit=a.grid_hours, estimate=grid_hours(a, e, u0, scan["sizes"], a.budgets))
     return scan
+
+
+def grid_hours(a, epochs, u0, sizes, budgets):
+    """Estimated hours (STEP_MS, two jobs at a time) of the decay sweep and the grid at one scan
+    choice: every run, finished or not, so that the choice follows from the scan's records alone."""
+    b = copy.copy(a)
+    b.sizes, b.epochs, b.budgets = [s for s in a.scan_sizes if s[0] in sizes], epochs, list(budgets)
+    if getattr(a, "_sweep_at_u0", False):
+        b.sweep_budget = u0
+    middle = {s[0]: (b.decays[len(b.decays) // 2], b.lrs[0]) for s in b.sizes}
+    return seconds_of(b, unique(sweep_runs(b) + grid_runs(b, middle))) / 2 / 3600
 
 
 def sweep_runs(a):

@@ -319,7 +319,8 @@ def scan_rec(obj, size, U, epochs, loss, train_loss, uni=np.exp(4.0)):
 
 def test_scan_choice_rule_on_made_up_records():
     """ln(unigram) = 4: a size is kept at loss <= 3.7; the two largest kept must overfit by >= 0.3;
-    MDLM must be <= 3.9. Most sizes first, then the smallest U0, then the fewest epochs."""
+    MDLM must be <= 3.9. Most sizes first, then the smallest U0, then the fewest epochs; with a time
+    limit the most sizes, then the most budgets, whose grid fits."""
     from experiments.lib import data_constrained_scan as sc
     sizes = ["S", "M", "L", "XL"]
     recs = []
@@ -327,7 +328,7 @@ def test_scan_choice_rule_on_made_up_records():
         # U0 = 32k: S at the unigram level (3 sizes kept); 64k: all 4 kept, the largest overfit
         recs += [scan_rec("ar", "S", 32000, e, 3.9, 3.8), scan_rec("ar", "M", 32000, e, 3.5, 3.0),
                  scan_rec("ar", "L", 32000, e, 3.3, 2.5), scan_rec("ar", "XL", 32000, e, 3.2, 2.0)]
-        recs += [scan_rec("ar", "S", 64000, e, 3.6, 3.5), scan_rec("ar", "M", 64000, e, 3.4, 3.1),
+        recs += [scan_rec("ar", "S", 64000, e, 3.6, 3.5), scan_rec("ar", "M", 64000, e, 3.4, 3.05),
                  scan_rec("ar", "L", 64000, e, 3.2, 2.8), scan_rec("ar", "XL", 64000, e, 3.1, 2.7 if e == 32 else 2.9)]
     recs += [scan_rec("mdlm", "S", 32000, 32, 3.95, 3.9), scan_rec("mdlm", "S", 64000, 32, 3.8, 3.7)]
     out = sc.choose_regime(recs, sizes, dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3))
@@ -340,6 +341,21 @@ def test_scan_choice_rule_on_made_up_records():
     none = sc.choose_regime([r for r in recs if r["size"] != "XL"], sizes[:3],
                             dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=4))
     assert none["choice"] is None and sc.closest(none)["kept"]
+    # a time limit: a grid of sizes x budgets fits when (#sizes) x (#budgets) <= 12; the largest sizes and
+    # budgets go first, the two largest kept must still overfit (L overfits by 0.4 at 64k, M by 0.35)
+    rules = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3, min_budgets=3)
+    asked = []
+
+    def fits(e, u0, kept, budgets):
+        asked.append((e, u0, tuple(kept), tuple(budgets)))
+        return len(kept) * len(budgets) <= 12
+    timed = sc.choose_regime(recs, sizes, rules, max_budget=512000, fits=fits)
+    assert timed["choice"] == (32, 64000) and timed["sizes"] == sizes and timed["budgets"] == [64000, 128000, 256000]
+    assert (32, 64000, tuple(sizes), (64000, 128000, 256000, 512000)) in asked  # the whole grid was tried first
+    small = sc.choose_regime(recs, sizes, rules, max_budget=512000, fits=lambda e, u0, k, b: len(k) * len(b) <= 9)
+    # three sizes (M, L overfit) and three budgets fit at 64k with 16 epochs too: the fewest epochs win
+    assert small["choice"] == (16, 64000) and small["sizes"] == ["S", "M", "L"] and len(small["budgets"]) == 3
+    assert sc.choose_regime(recs, sizes, rules, max_budget=512000, fits=lambda *_: False)["choice"] is None
 
 
 def test_fan_out_uncertainty_against_a_known_answer():

@@ -192,15 +192,24 @@ def scan_lines(scan):
              f"{scan['rules']['margin']:g} nats below ln(unigram perplexity); (epochs, U0) qualifies with >= "
              f"{scan['rules']['min_sizes']} kept sizes, the two largest overfitting U0 by >= {scan['rules']['overfit_gap']:g} "
              f"nats (validation - training loss) and MDLM >= {scan['rules']['mdlm_margin']:g} nats below the unigram level; "
-             "then the most sizes, the smallest U0, the fewest epochs.", "",
+             "then the most sizes, the smallest U0, the fewest epochs."
+             + (f" Time limit: the decay sweep and the grid must fit {scan['grid_hours']['limit']:g} h of two "
+                "1-thread jobs (STEP_MS); a candidate keeps the most sizes, then the most budgets (>= "
+                f"{scan['rules'].get('min_budgets', 2)}), that fit with its two largest sizes still overfitting; the "
+                f"chosen grid is estimated at {scan['grid_hours']['estimate']:.1f} h." if scan.get("grid_hours") else ""),
+             "",
              "| epochs | U0 | margin below unigram per size | overfit of the largest kept | MDLM margin | qualifies |",
              "|---|---|---|---|---|---|"]
     for c in scan["candidates"]:
+        dropped = [s for s, m in c["margins"].items() if m is not None and m >= scan["rules"]["margin"]
+                   and s not in c["kept"]]  # cleared the margin, left out by the time limit
         lines.append(f"| {c['epochs']:g} | {c['U0']:,} | " + ", ".join(
             f"{s} {m:+.2f}" if m is not None else f"{s} -" for s, m in c["margins"].items()) + " | "
             + ", ".join(f"{s} {v:.2f}" if v is not None else f"{s} -" for s, v in c["overfit"].items()) + " | "
             + (f"{c['mdlm_margin']:+.2f}" if c["mdlm_margin"] is not None else "-") + " | "
-            + ("yes" if c["ok"] else f"no: {c['why']}") + " |")
+            + ("yes" if c["ok"] else f"no: {c['why']}")
+            + (f" ({c['n_budgets']} budgets" + (f", without {', '.join(dropped)}" if dropped else "") + " within the "
+               "time limit)" if c["ok"] and scan.get("grid_hours") else "") + " |")
     lines += ["", (f"Chosen: {ch[0]:g} epochs from U0 = {ch[1]:,}, sizes {', '.join(scan['sizes'])}, budgets "
                    f"{', '.join(f'{u:,}' for u in scan['budgets'])}." if ch and not scan.get("fallback") else
                    f"No candidate qualified; the closest ({scan.get('fallback_note', '')}) was used (--scan-fallback).")]

@@ -18,6 +18,11 @@ size, every U0, the MDLM epochs). `choose_regime` then reads them by one rule:
 
 The grid's budgets are then U0, 2 U0, 4 U0, ... up to max_budget (grid_budgets). A larger U only
 lowers the loss of a model that clears the margin at U0; the report checks every grid run anyway.
+
+With a time limit (`fits(sizes, n_budgets)`: does that grid train within the experiment's
+--grid-hours), a candidate keeps the most sizes, then the most budgets (>= min_budgets: the laws
+are fitted without the largest U and scored on it), whose grid fits and whose two largest sizes
+still overfit; the largest sizes and budgets go first, since they cost the most per run.
 """
 
 import math
@@ -37,42 +42,65 @@ def overfit(r):
     return r["loss"] - r["train_loss"]
 
 
-def candidate(ar, mdlm, sizes, rules):
+def overfits(by, kept, rules):
+    """The two largest kept sizes both overfit by >= overfit_gap."""
+    return len(kept) >= 2 and all((overfit(by[s]) if overfit(by[s]) is not None else -math.inf) >= rules["overfit_gap"]
+                                  for s in kept[-2:])
+
+
+def candidate(ar, mdlm, sizes, rules, n_budgets=None, fits=None):
     """One (epochs, U0) candidate's reading: its kept sizes, the overfit of the largest two, the
-    MDLM margin, and whether it qualifies (the module docstring's rule)."""
+    MDLM margin, and whether it qualifies (the module docstring's rule). n_budgets: how many
+    budgets U0, 2 U0, ... the grid may have; fits(kept, n) -> bool: within the time limit."""
     by = {r["size"]: r for r in ar}
     kept = [s for s in sizes if s in by and (margin(by[s]) or -math.inf) >= rules["margin"]]
+    n = n_budgets
+    if fits is not None:  # the most sizes, then the most budgets, that fit and still overfit
+        options = [(k, b) for k in range(len(kept), rules["min_sizes"] - 1, -1)
+                   for b in range(n_budgets, rules.get("min_budgets", 2) - 1, -1)]
+        ok = [(k, b) for k, b in options if overfits(by, kept[:k], rules) and fits(kept[:k], b)]
+        if ok:
+            kept, n = kept[:ok[0][0]], ok[0][1]
     top = kept[-2:]
     over = {s: overfit(by[s]) for s in top}
     mm = margin(mdlm) if mdlm else None
     why = []
     if len(kept) < rules["min_sizes"]:
         why.append(f"{len(kept)} sizes >= {rules['margin']:g} nats below the unigram level (< {rules['min_sizes']})")
-    if len(top) < 2 or any(v is None or v < rules["overfit_gap"] for v in over.values()):
+    if not overfits(by, kept, rules):
         why.append(f"the largest kept sizes overfit by {', '.join(f'{v:.2f}' if v is not None else '?' for v in over.values())}"
                    f" (< {rules['overfit_gap']:g})")
+    if fits is not None and not why and not fits(kept, n):
+        why.append(f"no grid of >= {rules['min_sizes']} sizes and >= {rules.get('min_budgets', 2)} budgets fits the "
+                   "time limit")
     if mdlm is not None and (mm is None or mm < rules["mdlm_margin"]):
         why.append(f"MDLM {mm if mm is not None else float('nan'):.2f} nats below the unigram level (< {rules['mdlm_margin']:g})")
-    return dict(kept=kept, overfit=over, mdlm_margin=mm, ok=not why, why="; ".join(why),
+    return dict(kept=kept, n_budgets=n, overfit=over, mdlm_margin=mm, ok=not why, why="; ".join(why),
                 margins={s: margin(by[s]) for s in sizes if s in by})
 
 
-def choose_regime(records, sizes, rules):
+def choose_regime(records, sizes, rules, max_budget=None, fits=None):
     """The scan's choice. records: finished scan runs, dicts with obj ('ar' | 'mdlm'), size, U,
     epochs, loss, train_loss, unigram_val_ppl; sizes: the candidate size labels, smallest first;
-    rules: margin, overfit_gap, mdlm_margin, min_sizes. Returns dict(choice=(epochs, U0) or None,
-    sizes=the kept sizes, candidates=[dict(epochs, U0, **candidate(...))] in scan order)."""
+    rules: margin, overfit_gap, mdlm_margin, min_sizes (, min_budgets); max_budget: the grid's
+    largest U; fits(epochs, U0, sizes, budgets) -> bool: the time limit (None: none). Returns
+    dict(choice=(epochs, U0) or None, sizes=the kept sizes, budgets=the grid's budgets (with
+    max_budget), candidates=[dict(epochs, U0, **candidate(...))] in scan order)."""
     ar = [r for r in records if r["obj"] == "ar"]
     cands = []
     for e in sorted({r["epochs"] for r in ar}):
         for u in sorted({r["U"] for r in ar if r["epochs"] == e}):
             mdlm = next((r for r in records if r["obj"] == "mdlm" and r["U"] == u), None)
+            full = grid_budgets(u, max_budget) if max_budget else None
+            fit = None if fits is None or not full else \
+                (lambda kept, n, e=e, u=u, full=full: fits(e, u, kept, full[:n]))
             cands.append(dict(epochs=e, U0=u, **candidate([r for r in ar if r["epochs"] == e and r["U"] == u],
-                                                          mdlm, sizes, rules)))
+                                                          mdlm, sizes, rules, len(full) if full else None, fit)))
     ok = [c for c in cands if c["ok"]]
-    best = min(ok, key=lambda c: (-len(c["kept"]), c["U0"], c["epochs"])) if ok else None
+    best = min(ok, key=lambda c: (-len(c["kept"]), -(c["n_budgets"] or 0), c["U0"], c["epochs"])) if ok else None
+    budgets = (grid_budgets(best["U0"], max_budget)[:best["n_budgets"]] if best and max_budget else None)
     return dict(choice=(best["epochs"], best["U0"]) if best else None, sizes=best["kept"] if best else [],
-                candidates=cands)
+                budgets=budgets, candidates=cands)
 
 
 def closest(scan):
