@@ -25,8 +25,10 @@ The default, --preset authors: the authors' baseline in a regime where the law c
   size; it keeps the sizes >= 0.3 nats below ln(unigram perplexity) at U0 and needs the two largest to
   overfit U0 (validation - training >= 0.3 nats) and MDLM >= 0.1 nats below the unigram level; the grid
   is then U0, 2 U0, ... 512k (the music stage has 521k training tokens) at the chosen epochs; the sweep
-  runs at U0 (where regularisation matters most; its runs are grid cells). No qualifying candidate is a
-  one-line error (--scan-fallback takes the closest; --quick does).
+  runs at U0 (where regularisation matters most; its runs are grid cells). --grid-hours (4) bounds the
+  sweep + grid at STEP_MS: the largest sizes, then budgets, are left out until it fits (on this EPYC the
+  scan qualified 5 sizes x 32k-512k x 32 epochs, ~14 h; the limit keeps L2d32-L4d96 x 32k-256k, ~3.6 h).
+  No qualifying candidate is a one-line error (--scan-fallback takes the closest; --quick does).
 - Music, not prose: prose at these sizes sits at the unigram level (measured below) and its 50k-row head
   costs 2-4x a music step; on music the earlier default's models were 0.3-1.4 nats below ln(46) = 3.83.
 - Methods wd, wd+mir (2 seeds each at every size), mdlm-tuned (MDLM at the AR-tuned decay) and
