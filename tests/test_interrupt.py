@@ -142,7 +142,9 @@ def test_ctrl_c_stops_a_sweep_its_runs_checkpoint_no_queued_run_starts_and_it_is
     argv = ["--stages", f"text:{text_dir}"] + TINY[:i] + TINY[i + 2:]  # the sweep sets --threads
     p = subprocess.Popen([sys.executable, str(tmp_path / "sweep.py"), str(root), str(out)] + argv,
                          start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    running = lambda: all((out / "runs" / r / "metrics.jsonl").exists() for r in ("r1", "r2"))
+    def running():  # both runs past their first logged step (the Ctrl-C handler is in place, steps are going)
+        paths = [out / "runs" / r / "metrics.jsonl" for r in ("r1", "r2")]
+        return all(f.exists() and '"event": "train"' in f.read_text() for f in paths)
     try:
         deadline = time.time() + 120
         while not running() and p.poll() is None and time.time() < deadline:
