@@ -126,6 +126,7 @@ from experiments.lib import data_constrained_scan as sc  # noqa: E402
 from experiments.lib.common import (Provenance, Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
                                     read_summary, run_sweep)
 from experiments.lib.evaluate import evaluate_run, evaluate_runs  # noqa: E402
+from model import DROPOUT_AT  # noqa: E402
 
 METHODS = ("wd", "wd+mir", "ar-weak", "mdlm-weak", "mdlm-strong", "mdlm-tuned")
 # method -> (objective of the run name: ar | mir | mdlm, which decay: strong (the AR-tuned) | weak | fixed)
@@ -167,7 +168,7 @@ def parse_args(argv=None):
                         "experiments/results/data_constrained)")
     p.add_argument("--plan", action="store_true", help="print the phases, their runs and the estimated time; train nothing")
     p.add_argument("--dropout", type=float, default=None, help="dropout of every run (authors 0.1, earlier 0)")
-    p.add_argument("--dropout-at", default=None, choices=("all", "attn-out"),
+    p.add_argument("--dropout-at", default=None, choices=tuple(DROPOUT_AT),
                    help="where the dropout applies (train.py --dropout-at; authors attn-out: only the attention "
                         "block's output projection, as their model)")
     p.add_argument("--tie", dest="tie", action="store_const", const=True, default=None,

@@ -54,13 +54,13 @@ def candidate(ar, mdlm, sizes, rules, n_budgets=None, fits=None):
     budgets U0, 2 U0, ... the grid may have; fits(kept, n) -> bool: within the time limit."""
     by = {r["size"]: r for r in ar}
     kept = [s for s in sizes if s in by and (margin(by[s]) or -math.inf) >= rules["margin"]]
-    n = n_budgets
+    n, fitting = n_budgets, None
     if fits is not None:  # the most sizes, then the most budgets, that fit and still overfit
-        options = [(k, b) for k in range(len(kept), rules["min_sizes"] - 1, -1)
-                   for b in range(n_budgets, rules.get("min_budgets", 2) - 1, -1)]
-        ok = [(k, b) for k, b in options if overfits(by, kept[:k], rules) and fits(kept[:k], b)]
-        if ok:
-            kept, n = kept[:ok[0][0]], ok[0][1]
+        options = ((k, b) for k in range(len(kept), rules["min_sizes"] - 1, -1)
+                   for b in range(n_budgets, rules.get("min_budgets", 2) - 1, -1))
+        fitting = next(((k, b) for k, b in options if overfits(by, kept[:k], rules) and fits(kept[:k], b)), None)
+        if fitting:
+            kept, n = kept[:fitting[0]], fitting[1]
     top = kept[-2:]
     over = {s: overfit(by[s]) for s in top}
     mm = margin(mdlm) if mdlm else None
@@ -70,7 +70,7 @@ def candidate(ar, mdlm, sizes, rules, n_budgets=None, fits=None):
     if not overfits(by, kept, rules):
         why.append(f"the largest kept sizes overfit by {', '.join(f'{v:.2f}' if v is not None else '?' for v in over.values())}"
                    f" (< {rules['overfit_gap']:g})")
-    if fits is not None and not why and not fits(kept, n):
+    if fits is not None and not why and fitting is None:
         why.append(f"no grid of >= {rules['min_sizes']} sizes and >= {rules.get('min_budgets', 2)} budgets fits the "
                    "time limit")
     if mdlm is not None and (mm is None or mm < rules["mdlm_margin"]):
