@@ -15,6 +15,9 @@ data-preparation throughput (GPT-2 BPE via tiktoken; MIDI files via mido).
                                     # the last line is worst_auto_ratio=... (auto vs the faster of the two)
     python bench.py --loop          # where a tiny model's train.py step goes, against the bare step
     python bench.py --jobs          # a sweep of small runs: 2 at a time x 1 thread vs 1 at a time x 2
+    python bench.py --head-chunks   # the fused head + loss alone at 512 rows a chunk against
+                                    # lm_loss.chunk_rows, per head width; the last line is
+                                    # narrow_head_speedup=... (d16: 512 rows over the rule's)
     python bench.py --tiny          # the procedural diagnostic shape (d16, 2 layers, batch 1,000): the
                                     # baseline step against each candidate speed-up; the last line is
                                     # fraction_of_matmul=... (the best kept step's FLOP/s over a matmul's)
@@ -145,6 +148,37 @@ def bench_shape(name, device, variants, rounds, peaks):
         mfu = model.estimate_mfu(tok_s, peaks[v.dtype], T)
         rows.append((name, v.name, best[v.name] * 1000, tok_s, mfu, mem[v.name], base / best[v.name]))
     return rows
+
+
+def head_chunks(device, rounds, widths=(16, 24, 32, 64), rows=2048, vocab=50257):
+    """The fused LM head + loss alone (forward and backward, fp32) at lm_loss.CHUNK_ROWS rows a
+    chunk against the rows lm_loss.chunk_rows picks, per head width C; rounds interleaved,
+    minimum kept. Returns {C: (ms at CHUNK_ROWS, ms at the rule's rows, the rule's rows)}."""
+    from lm_loss import CHUNK_ROWS, chunk_rows
+    out = {}
+    for C in widths:
+        g = torch.Generator().manual_seed(0)
+        h = torch.randn(rows, C, generator=g, device="cpu").to(device).requires_grad_()
+        w = (torch.randn(vocab, C, generator=g) * 0.1).to(device).requires_grad_()
+        t = torch.randint(0, vocab, (rows,), generator=g).to(device)
+        rule = chunk_rows(C, vocab, device, torch.float32)
+
+        def step(r):
+            h.grad = w.grad = None
+            linear_cross_entropy(h, w, t, chunk_size=r).backward()
+
+        best = {CHUNK_ROWS: float("inf"), rule: float("inf")}
+        for r in best:  # warm-up
+            step(r)
+        for _ in range(rounds):
+            for r in best:
+                sync(device)
+                t0 = time.perf_counter()
+                step(r)
+                sync(device)
+                best[r] = min(best[r], time.perf_counter() - t0)
+        out[C] = (best[CHUNK_ROWS] * 1000, best[rule] * 1000, rule)
+    return out
 
 
 def grid(device, rounds, shapes=None):
@@ -712,6 +746,9 @@ def main(argv=None):
     p.add_argument("--grid", action="store_true",
                    help="fp32 / bf16 autocast / --dtype auto on the experiments' shapes (GRID); nothing else")
     p.add_argument("--loop", action="store_true", help="profile a tiny model's train.py step; nothing else")
+    p.add_argument("--head-chunks", action="store_true",
+                   help="time the fused head + loss (2,048 rows, GPT-2's vocabulary, fp32) at 512 rows a chunk "
+                        "against lm_loss.chunk_rows for head widths 16-64; nothing else")
     p.add_argument("--jobs", action="store_true",
                    help="time a sweep of 4 small runs, 2 at a time x 1 thread vs 1 at a time x 2; nothing else")
     p.add_argument("--tiny", action="store_true",
@@ -744,6 +781,16 @@ def main(argv=None):
         worst = max(rows, key=lambda r: r[2])
         print(f"\nworst: {worst[0]} (auto {worst[2]:.2f}x the faster of fp32 and bf16)")
         print(f"worst_auto_ratio={worst[2]:.3f}")
+        return
+    if args.head_chunks:
+        from lm_loss import CHUNK_ROWS
+        print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; the fused head + loss "
+              f"(2,048 rows, V = 50,257, fp32, forward + backward), ms, best of {args.rounds} interleaved rounds\n")
+        print(f"{'C':>4}{f'{CHUNK_ROWS} rows':>11}{'rule':>9}{'rule rows':>11}{'speedup':>9}")
+        res = head_chunks(device, args.rounds)
+        for C, (fixed, rule, r) in res.items():
+            print(f"{C:>4}{fixed:>11.0f}{rule:>9.0f}{r:>11}{fixed / rule:>8.2f}x")
+        print(f"narrow_head_speedup={res[16][0] / res[16][1]:.3f}")
         return
     if args.loop:
         parts = loop_profile()

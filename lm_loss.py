@@ -23,8 +23,32 @@ F.cross_entropy(h @ W.T, t) and its gradients to rounding.
 
 Speed (2-core AVX-512-bf16 CPU, 8192 rows, d=64, V=50257, forward+backward): standard fp32
 ~4.1 s, this in fp32 ~1.3 s, in bf16 ~0.45 s; extra memory ~0.1 GB instead of ~4.7 GB.
+Rows per chunk (`chunk_rows`): 512, except for a narrow head (C <= 16) in fp32 on one CPU thread
+(a sweep's runs, 1 thread each), where a logit costs only C multiply-adds, so the three matmuls
+are bound by moving the (r, V) buffer through memory rather than by arithmetic: there the buffer
+is kept to ~3 MB, which stays in cache (16 rows at V = 50257). `python bench.py --head-chunks`
+times both.
 """
 import torch
+
+CHUNK_ROWS = 512                # rows per chunk: the (r, V) buffer
+NARROW_HEAD = 16                # C at most this: a memory-bound head (fp32, CPU)
+NARROW_BUFFER_BYTES = 3 << 20   # ...whose (r, V) buffer is kept this small (at least 16 rows)
+
+
+def chunk_rows(C, V, device, dtype, threads=None):
+    """Rows per chunk when the caller names none: CHUNK_ROWS, or for a narrow fp32 head on one
+    CPU thread min(CHUNK_ROWS, max(16, NARROW_BUFFER_BYTES / (4 V))), 16 rows for GPT-2's
+    vocabulary. threads: torch.get_num_threads() unless given. Measured with bench.py
+    --head-chunks (2-core AVX2 EPYC, 2,048 rows, V = 50257, forward + backward, 1 thread):
+    C = 16 1.09 s at 512 rows, 0.65 s at 16 rows (1.7x); C = 24, 32, 64 no faster or slower with
+    small chunks (their matmuls do enough arithmetic per logit). With 2 threads on a busy machine
+    16-row chunks were 5x slower (each small matmul waits for both threads), so the rule stays
+    with 1 thread."""
+    threads = torch.get_num_threads() if threads is None else threads
+    if torch.device(device).type != "cpu" or dtype != torch.float32 or C > NARROW_HEAD or threads != 1:
+        return CHUNK_ROWS
+    return min(CHUNK_ROWS, max(16, NARROW_BUFFER_BYTES // (4 * V)))
 
 
 def _exact_loss(x, weight, targets, vocab_size, chunk_size):
@@ -114,13 +138,14 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 @torch.compiler.disable  # a python loop with data-dependent sizes: keep it out of compiled graphs
 def linear_cross_entropy(h, weight, targets, ignore_index=-1, vocab_size=None,
-                         chunk_size=512, dtype=None, row_weight=None):
+                         chunk_size=None, dtype=None, row_weight=None):
     """Mean cross-entropy of the logits h @ weight.T over rows whose target != ignore_index.
 
     h (..., C) final hidden states (after the last norm); weight (V, C) the LM head, may be the
     tied token embedding (its gradient adds to the embedding's); targets (...) long.
     vocab_size: number of real classes when weight is padded (e.g. 50304 rows for 50257 tokens):
-    rows beyond it are never predicted and get zero gradient. chunk_size: rows per chunk.
+    rows beyond it are never predicted and get zero gradient. chunk_size: rows per chunk
+    (default `chunk_rows`: 512, fewer for a narrow fp32 head on a CPU).
     dtype: matmul/softmax precision; default the autocast dtype when autocast is on for h's
     device, else h.dtype. Returns a 0-dim fp32 loss (fp64 for fp64); 0 with zero gradients when
     every target is ignored (F.cross_entropy gives nan). Without grad (evaluation) only the loss
@@ -135,6 +160,8 @@ def linear_cross_entropy(h, weight, targets, ignore_index=-1, vocab_size=None,
     if dtype is None:
         dev = h.device.type
         dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else h.dtype
+    if chunk_size is None:
+        chunk_size = chunk_rows(weight.shape[1], weight.shape[0], h.device, dtype)
     with torch.autocast(h.device.type, enabled=False):       # dtypes are handled explicitly
         if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
             return LinearCrossEntropy.apply(h, weight, targets, ignore_index, vocab_size,

@@ -75,3 +75,11 @@ def test_batched_seeds_train_as_the_same_seeds_one_by_one():
         for name, p in run.model.named_parameters():
             torch.testing.assert_close(batched.params[name][k], p.detach(), rtol=1e-4, atol=1e-6, msg=name)
     assert len(set(losses)) == K                    # three seeds, not one model three times
+
+
+def test_head_chunks_times_the_rule_against_512_rows():
+    """bench.py --head-chunks at a small row count: each width timed both ways, the rule's rows
+    those of lm_loss.chunk_rows (16 at d16 with GPT-2's vocabulary on this 1-thread test run)."""
+    res = bench.head_chunks(torch.device("cpu"), 1, widths=(16, 64), rows=32)
+    assert res[16][2] == 16 and res[64][2] == 512
+    assert all(fixed > 0 and rule > 0 for fixed, rule, _ in res.values())

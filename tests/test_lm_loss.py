@@ -47,6 +47,30 @@ def test_fp32_matches_standard(chunk_size):
     assert ours[0].dtype == torch.float32 and ours[0].dim() == 0
 
 
+def test_chunk_rows_keeps_a_narrow_fp32_heads_buffer_in_cache_on_one_cpu_thread():
+    from lm_loss import CHUNK_ROWS, chunk_rows
+    cpu, f32 = torch.device("cpu"), torch.float32
+    assert chunk_rows(16, 50257, cpu, f32, threads=1) == 16          # GPT-2's vocabulary: 3.2 MB
+    assert chunk_rows(8, 4096, cpu, f32, threads=1) == 192           # 3 MiB / (4 B x 4096)
+    assert chunk_rows(16, 160, cpu, f32, threads=1) == CHUNK_ROWS    # a small vocabulary: small anyway
+    for args in ((24, 50257, cpu, f32, 1), (16, 50257, cpu, torch.bfloat16, 1), (16, 50257, cpu, f32, 2),
+                 (16, 50257, torch.device("cuda"), f32, 1)):         # wider, bf16, 2 threads, a GPU
+        assert chunk_rows(*args) == CHUNK_ROWS, args
+
+
+def test_default_chunks_are_the_rules_rows():
+    """No chunk_size: the loss and gradients of chunk_size=chunk_rows(...), bit for bit (tests run
+    on one thread: 16 rows here), and the standard formulation's to rounding."""
+    from lm_loss import chunk_rows
+    assert torch.get_num_threads() == 1 and chunk_rows(16, 50257, torch.device("cpu"), torch.float32) == 16
+    h, W, t = make(N=100, C=16, V=50257, w_std=0.1)
+    default = loss_and_grads(linear_cross_entropy, h, W, t)
+    for a, b in zip(default, loss_and_grads(linear_cross_entropy, h, W, t, chunk_size=16)):
+        assert torch.equal(a, b)
+    for a, b in zip(default, loss_and_grads(standard, h, W, t)):
+        assert_close(a, b)
+
+
 def test_moderate_size_gpt2_vocab_padded():
     # GPT-2 vocabulary padded to a multiple of 64, as nanoGPT does: padded rows are no class
     h, W, t = make(N=512, C=64, V=50304, w_std=0.1)
