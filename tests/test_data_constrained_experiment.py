@@ -386,13 +386,11 @@ def test_authors_preset_end_to_end(tmp_path):
     settings, fan_out with its interval, the MDLM arms; --report-only from report.json alone rebuilds it."""
     import os
     import shutil
-    from conftest import write_paragraphs
     old = os.environ.get("PRELUDE_CACHE")
     os.environ["PRELUDE_CACHE"] = str(tmp_path / "cache")
     try:
-        text_dir = write_paragraphs(tmp_path / "texts")
-        out = tmp_path / "out"
-        dc.main(["--stage", f"text:{text_dir}", "--scan-sizes", "L1d8,L1d16", "--scan-budgets", "256,512",
+        out = tmp_path / "out"  # music as the default, generated (no files): its U as whole chunks
+        dc.main(["--stage", "music-synthetic", "--scan-sizes", "L1d8,L1d16", "--scan-budgets", "256,512",
                  "--scan-epochs", "1", "--max-budget", "1024", "--decays", "0.1,1.0", "--block-size", "16",
                  "--batch-size", "4", "--mdlm-epochs", "1", "--mdlm-budgets", "1", "--laws", "chinchilla",
                  "--scan-fallback", "--jobs", "1", "--threads", "1", "--out", str(out)])

@@ -171,8 +171,11 @@ def ci_text(ci, f="{:+.3f}"):
 
 
 def baseline_lines(a):
+    where = ("on the attention block's output only (their placement: dcp/model.py:135 builds resid_dropout, "
+             ":149 applies it to the attention's c_proj output; their MLP, embeddings and attention probabilities "
+             "have none)" if getattr(a, "dropout_at", "all") == "attn-out" else "(embeddings, attention and MLP outputs)")
     return ["## The authors' baseline", "",
-            f"Every run: dropout {a.dropout:g} (embeddings, attention and MLP outputs), LM head "
+            f"Every run: dropout {a.dropout:g} {where}, LM head "
             f"{'tied to the embedding' if a.tie else 'untied'}"
             + ("" if a.tie else ", its matrix weight-decayed with attention and MLP (model.configure_optimizers "
                "puts an untied lm_head.weight in the decayed group; embeddings, norms and biases are never decayed)")
