@@ -40,9 +40,10 @@ def chunk_rows(C, V, device, dtype, threads=None):
     """Rows per chunk when the caller names none: CHUNK_ROWS, or for a narrow fp32 head on one
     CPU thread min(CHUNK_ROWS, max(16, NARROW_BUFFER_BYTES / (4 V))), 16 rows for GPT-2's
     vocabulary. threads: torch.get_num_threads() unless given. Measured with bench.py
-    --head-chunks (2-core AVX2 EPYC, 2,048 rows, V = 50257, forward + backward, 1 thread):
-    C = 16 1.09 s at 512 rows, 0.65 s at 16 rows (1.7x); C = 24, 32, 64 no faster or slower with
-    small chunks (their matmuls do enough arithmetic per logit). With 2 threads on a busy machine
+    --head-chunks (2-core AVX2 EPYC, 2,048 rows, V = 50257, forward + backward, 1 thread, quiet):
+    C = 16 618 ms at 512 rows, 293 ms at 16 rows (2.1x; a d16 4-layer training step of 16 x 128
+    684 -> 356 ms); C = 24, 32, 64 no faster or slower with small chunks (their matmuls do enough
+    arithmetic per logit). With 2 threads on a busy machine
     16-row chunks were 5x slower (each small matmul waits for both threads), so the rule stays
     with 1 thread."""
     threads = torch.get_num_threads() if threads is None else threads

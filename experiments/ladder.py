@@ -35,9 +35,11 @@ which holds 4,038 training chunks of 129 tokens: 3N = 4,038 (all of it), N = 1,3
 ~336 CPU-min = ~168 min with --jobs 2 on 2 quiet cores from the per-token costs, ~225 min at the reference
 run's ratio of measured to estimated time (REFERENCE_FACTOR 43 / 32); a shared machine is slower. Those costs
 are a CPU with bf16 instructions (the fused head in bf16, README "Speed"); where the head runs in fp32 a
-prose step takes ~3x as long (a 2-core AVX2 AMD EPYC: ~1.1 s a d16 step of 2,048 tokens against ~0.35 s;
-the default there is ~9 h over several sessions, each resuming the finished runs). After the first runs
---plan prints the pace measured on the machine itself (common.pace_line).
+prose step took ~3x as long (a 2-core AVX2 AMD EPYC: ~1.1 s a d16 step of 2,048 tokens, two runs at a time,
+against ~0.35 s; ~9 h in all). Since lm_loss.chunk_rows keeps a d16 head's chunk in cache on one thread, a
+d16 step there is ~1.9x faster (684 -> 356 ms alone, 1 thread; d32/d64 unchanged): ~6 h expected, over
+several sessions, each resuming the finished runs. After the first runs --plan prints the pace measured on
+the machine itself (common.pace_line).
 The report adds to the table below: `contributions` (each with its claims, Welch test, the paired test by
 seed as a second reading, and a combined verdict), `checks` (random's first epoch below `prose_unigram_ppl`,
 the compute-matched control within 5% of its best epoch, the long pair at a plateau) and music.png (a real
