@@ -185,7 +185,8 @@ def mir_gain(records):
     for r in done(records, "wd+mir"):
         b = base.get((r["size"], r["U"], r["seed"]))
         if b:
-            c = rows.setdefault((r["N"], r["U"]), dict(size=r["size"], N=r["N"], U=r["U"], gains=[], wd=[], mir=[]))
+            # at the baseline's N: with an untied head MIR's [MASK] row makes its own N d larger
+            c = rows.setdefault((b["N"], r["U"]), dict(size=r["size"], N=b["N"], U=r["U"], gains=[], wd=[], mir=[]))
             c["gains"].append(b["loss"] - r["loss"])
             c["wd"].append(b["loss"])
             c["mir"].append(r["loss"])
@@ -273,6 +274,9 @@ def multipliers(fits, records):
             cs, (N, U, D, L) = cell_arrays(records, method)
             if not cs:
                 continue
+            if method == "wd+mir":  # the baseline's law at the baseline's N (MIR's [MASK] row: its own N is d larger)
+                base = {(c["size"], c["U"]): c["N"] for c in cells(done(records, "wd")).values()}
+                N = np.array([base.get((c["size"], c["U"]), c["N"]) for c in cs], float)
             m = scaling.effective_data_multiplier(law, f["params"], N, U, L, D)
             ok = m[np.isfinite(m)]
             res[method] = {"cells": [dict(size=c["size"], N=c["N"], U=c["U"], multiplier=float(x)) for c, x in zip(cs, m)],
@@ -352,8 +356,10 @@ def setup_lines(a, records):
              f"- Budgets U = {', '.join(f'{u:,}' for u in U_true)} tokens, {a.epochs:g} epochs each (D = tokens seen "
              f"= steps x {a.batch_size} x {a.block_size}); batch {a.batch_size} x {a.block_size}, AdamW (0.9, 0.95), "
              f"cosine lr to lr/10, warmup {a.warmup_frac:.0%} of the steps, grad clip 1; decay on attention/MLP matrices only.",
-             f"- Methods: {', '.join(a.methods)}. Seeds 0..{a.seeds - 1} for wd and wd+mir in the {a.seeded_sizes} "
-             f"smallest size(s), seed 0 elsewhere. MIR: lambda {a.mir_lambda:g}, ratio {a.mir_ratio}, keep-first "
+             f"- Methods: {', '.join(a.methods)}. Seeds 0..{a.seeds - 1} for wd and wd+mir "
+             + ("in every size" if a.seeded_sizes >= len(a.sizes) else
+                f"in the {a.seeded_sizes} smallest size(s), seed 0 elsewhere")
+             + f", seed 0 for the other methods. MIR: lambda {a.mir_lambda:g}, ratio {a.mir_ratio}, keep-first "
              f"{a.mir_keep_first}. Weak decay {a.weak_decay:g} (train.py's default).", "",
              "| size | layers x width | N (non-embedding) | parameters in all | strong decay (sweep) | lr |",
              "|---|---|---|---|---|---|"]
