@@ -4,7 +4,7 @@ Xu et al., arXiv 2606.06888 (github.com/yixinw-lab/dc_pretrain): MIR lowers the 
 
     python experiments/data_constrained.py --plan          # the phases, their runs, the estimated time
     python experiments/data_constrained.py --quick         # the pipeline end to end, minutes
-    python experiments/data_constrained.py                 # the default (--preset authors), ~4.7 h on 2 cores (--plan)
+    python experiments/data_constrained.py                 # the default (--preset authors), 4.5 h measured on 2 cores
     python experiments/data_constrained.py --preset earlier  # the earlier default (described below)
     python experiments/data_constrained.py --report-only   # rebuild the report from finished runs
     python experiments/data_constrained.py --report-only --out experiments/results/data_constrained
@@ -36,12 +36,13 @@ The default, --preset authors: the authors' baseline in a regime where the law c
   to leave the unigram level, the scan checks it at U0; the report checks every run).
 - Report additions (experiments/lib/data_constrained_authors.py): the regime check, the scan table, the
   sweep by mean, a top-level `fan_out` (the wd slope test with a 95% bootstrap CI), MIR's multiplier with
-  its bootstrap CI, MDLM strong vs tuned paired by cell.
+  its bootstrap CI, MDLM strong vs tuned paired by cell, and `front_table` (each claim in one short row:
+  RESULTS.md and the README show it).
 - Time (--plan, STEP_MS below, measured on a 2-core AMD EPYC, +-50%; after the first runs --plan also
   scales the rest by their measured pace): see `--plan`.
 
 The rest of this docstring describes the phases and the earlier default (--preset earlier:
-dropout 0, tied head, one sweep seed, no scan; experiments/results/data_constrained was made with it).
+dropout 0, tied head, one sweep seed, no scan; experiments/results/data_constrained-earlier was made with it).
 
 Phases (every run is train.run in its own folder OUT/runs/<name>/, skipped when finished, resumed
 from its last checkpoint when interrupted: experiments.lib.common.run_sweep; a run's name is its
@@ -141,7 +142,7 @@ AUTHORS = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="64000,128000,256000,512
 AUTHORS_QUICK = dict(AUTHORS, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4, seeds=2,
                      decays="0.1,1.6", block_size=64, scan_sizes="L1d16,L2d24,L2d32", scan_budgets="4000,8000",
                      scan_epochs="4", max_budget=16000, mdlm_epochs=8, mdlm_budgets=1, scan_fallback=True)
-# the earlier default (experiments/results/data_constrained was made with it): no dropout, tied head
+# the earlier default (experiments/results/data_constrained-earlier was made with it): no dropout, tied head
 EARLIER = dict(sizes="L2d32,L3d48,L4d64,L4d96", budgets="8000,16000,32000,64000", epochs=16, seeds=3,
                seeded_sizes=0, decays="0.1,0.4,0.8,1.6,3.2", batch_size=16, block_size=128, dropout=0.0, tie=True,
                dropout_at="all", sweep_seeds=1, scan=False, methods="wd,wd+mir,ar-weak,mdlm-weak,mdlm-strong", mdlm_strong_decay=None,
@@ -165,7 +166,7 @@ def parse_args(argv=None):
     p.add_argument("--preset", choices=tuple(PRESETS), default="authors",
                    help="authors (default): the authors' baseline (dropout 0.1, untied decayed head), a scan for the "
                         "regime, 2 sweep seeds; earlier: the earlier default (dropout 0, tied head; "
-                        "experiments/results/data_constrained)")
+                        "experiments/results/data_constrained-earlier)")
     p.add_argument("--plan", action="store_true", help="print the phases, their runs and the estimated time; train nothing")
     p.add_argument("--dropout", type=float, default=None, help="dropout of every run (authors 0.1, earlier 0)")
     p.add_argument("--dropout-at", default=None, choices=tuple(DROPOUT_AT),

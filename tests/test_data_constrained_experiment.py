@@ -243,21 +243,65 @@ def assert_json_close(a, b, where="report.json"):
         assert a == b, (where, a, b)
 
 
-def test_committed_report_rebuilds_byte_identical(tmp_path):
-    """experiments/results/data_constrained has no run folders: --report-only rebuilds report.md
-    and runs.csv from its report.json alone, byte for byte, and report.json with the same
-    keys, values and text (floats to 1e-9 relative: assert_json_close)."""
+@pytest.mark.parametrize("folder,runs_trained,commit", [("data_constrained", 137, "70134ab"),
+                                                         ("data_constrained-earlier", 135, "51f75e6")])
+def test_committed_report_rebuilds_byte_identical(tmp_path, folder, runs_trained, commit):
+    """experiments/results/data_constrained (the default, --preset authors) and -earlier (--preset
+    earlier) have no run folders: --report-only rebuilds report.md and runs.csv from report.json
+    alone, byte for byte, and report.json with the same keys, values and text (floats to 1e-9
+    relative: assert_json_close)."""
     import shutil
     from pathlib import Path
-    src = Path(__file__).resolve().parents[1] / "experiments" / "results" / "data_constrained"
-    out = tmp_path / "data_constrained"
+    src = Path(__file__).resolve().parents[1] / "experiments" / "results" / folder
+    out = tmp_path / folder
     shutil.copytree(src, out)
     dc.main(["--report-only", "--out", str(out)])
     for f in ("report.md", "runs.csv"):
         assert (out / f).read_bytes() == (src / f).read_bytes(), f
     assert_json_close(json.loads((out / "report.json").read_text()), json.loads((src / "report.json").read_text()))
     prov = json.loads((out / "report.json").read_text())["provenance"]
-    assert prov["runs_trained"] == 135 and prov["commit"].startswith("51f75e6")
+    assert prov["runs_trained"] == runs_trained and prov["commit"].startswith(commit)
+
+
+def test_committed_report_is_the_authors_baseline_in_the_fan_out_regime():
+    """The default's committed report (--preset authors): their baseline (dropout 0.1, an untied
+    head); the decay sweep with >= 2 seeds per (size, decay); every AR run >= 0.3 nats below the
+    unigram loss, every MDLM bound below it; the fan-out with its uncertainty; MIR's gain against
+    log10 N with its slope test, recomputed from the runs with scipy."""
+    import math
+    from pathlib import Path
+    from scipy import stats
+    rep = json.loads((Path(__file__).resolve().parents[1] / "experiments" / "results" / "data_constrained"
+                      / "report.json").read_text())
+    st = rep["settings"]
+    assert st["preset"] == "authors" and st["dropout"] == 0.1 and st["tie"] is False
+    assert st["dropout_at"] == "attn-out"  # their placement (dcp/model.py:149)
+    seeds = {}
+    for r in rep["sweep"]:
+        seeds.setdefault((r["size"], r["wd"]), set()).add(r["seed"])
+    assert seeds and all(len(v) >= 2 for v in seeds.values())
+    runs = [r for r in rep["runs"] if r["status"] == "done"]
+    ar = [r for r in runs if r["method"] in ("wd", "wd+mir")]
+    mdlm = [r for r in runs if r["method"].startswith("mdlm")]
+    assert ar and mdlm and len(runs) == len(rep["runs"])
+    assert all(r["loss"] <= math.log(r["unigram_val_ppl"]) - 0.3 for r in ar), \
+        max(r["loss"] - math.log(r["unigram_val_ppl"]) for r in ar)
+    assert all(r["loss"] < math.log(r["unigram_val_ppl"]) for r in mdlm)
+    f = rep["fan_out"]
+    assert {"slope", "stderr", "p", "ci95"} <= set(f) and f["ci95"][0] <= f["slope"] <= f["ci95"][1]
+    x = [math.log10(g["N"]) for g in rep["mir_gain"] for _ in g["gains"]]
+    y = [v for g in rep["mir_gain"] for v in g["gains"]]
+    fit = stats.linregress(x, y)
+    slope = rep["mir_gain_summary"]["slope"]
+    assert slope["slope"] == pytest.approx(fit.slope, rel=1e-9) and slope["p"] == pytest.approx(fit.pvalue, rel=1e-9)
+    for g in rep["mir_gain"]:  # every gain pairs a wd run with a wd+mir run of its (size, U, seed)
+        wd = {r["seed"]: r["loss"] for r in runs if r["method"] == "wd" and r["size"] == g["size"] and r["U"] == g["U"]}
+        mir = {r["seed"]: r["loss"] for r in runs if r["method"] == "wd+mir" and r["size"] == g["size"] and r["U"] == g["U"]}
+        assert sorted(g["gains"]) == pytest.approx(sorted(wd[s] - mir[s] for s in mir if s in wd), abs=1e-9)
+        assert {r["N"] for r in runs if r["method"] == "wd" and r["size"] == g["size"]} == {g["N"]}  # the baseline's N
+    rows = rep["front_table"]["lines"][2:]  # the README's table: one row per claim, its verdict
+    assert [(r.split(" | ")[0][2:], r.split(" | ")[-1]) for r in rows] == \
+        [(v["claim"], f"**{v['verdict']}** |") for v in rep["verdicts"]]
 
 
 # ---------------------------------------------------------------------------------------------

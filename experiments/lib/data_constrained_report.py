@@ -704,7 +704,8 @@ def render(records, out):
     extra = {} if not authors else {
         "fan_out": dict(ax["fan_out"] or {}, by_method=fans, wd_mir=ax["fan_out_mir"]), "scan": records.get("scan"),
         "regime_check": ax["regime"], "sweep_summary": ax["sweep"], "multiplier_uncertainty": ax["multiplier"],
-        "ar_vs_mdlm": ax["mdlm"], "decay_tests": ax["mdlm_tests"]}
+        "ar_vs_mdlm": ax["mdlm"], "decay_tests": ax["mdlm_tests"],
+        "front_table": dca.front_table(vs, sizes, slope, mult, ltests, ax)}
     write_json(out / "report.json", {
         "source": SOURCE, "regime": regime(a, records), "figures": figures, "verdicts": vs, "provenance": prov,
         "paper": PAPER, **{k: records[k] for k in ("settings", "strong", "sweep", "runs", "fits")},
