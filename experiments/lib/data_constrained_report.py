@@ -150,7 +150,7 @@ def fit_laws(laws, methods, records):
                 r["fan_out_fit"] = scaling.fan_out(N, U, f.predict(N, U, D))
             except ValueError:
                 r["fan_out_fit"] = None
-            if (U < U.max()).sum() >= k:
+            if (U < U.max()).sum() >= k and len(set(U[U < U.max()])) >= 2:  # a data term needs >= 2 budgets
                 x = scaling.extrapolate(law, N, U, D, L)
                 r["extrapolation"] = {"budget": x.budget, "rmse": x.rmse, "mae": x.mae, "params": x.fit.params}
             res["laws"][law] = r
@@ -416,7 +416,7 @@ def mir_lines(gains, sizes, slope):
 def law_lines(fits, fans, ltests):
     lines = ["## 3. Scaling laws per method", "", f"Paper: {PAPER['laws']}.", "",
              "Fitted on the seed-averaged cells (approach 3: Huber on log L, L-BFGS from a grid; scaling.py). "
-             "Extrapolation: fitted without the largest U, error on it. Fan-out: slope of L(smallest U) - L(largest "
+             "Extrapolation: fitted without the largest U, error on it (where at least two budgets remain). Fan-out: slope of L(smallest U) - L(largest "
              "U) per decade of N, of the data and of each fitted surface (0 for an additive law); the data's with "
              "its slope test over the (size, seed) runs at both budgets. SoftQ against Chinchilla: their absolute "
              "errors paired by cell. Muennighoff: its two-step fit takes its base law from single-epoch runs, and the "
