@@ -9,7 +9,8 @@ Each report.json (written by experiments/lib/<name>_report.py) carries what this
 `source` (arXiv id, title), `regime` (our scale and budget, and what differs from the paper),
 `verdicts` (per claim of the paper: the claim, the paper's number, ours, the test, the verdict),
 `figures`, `provenance` (commit, command, hardware, wall time), and optionally `front_table`
-(a title and Markdown table lines the report wants beside its claims and on the README). A verdict follows the reading
+(a title and Markdown table lines the report wants beside its claims and on the README; with
+`readme_only` on the README alone, e.g. a short form of the claims table). A verdict follows the reading
 rule of experiments/lib/common.compare: an effect only where Welch's p < 0.05 with n >= 3 a side.
 """
 
@@ -57,7 +58,7 @@ def paper_section(i, name, heading, rep):
     for v in rep.get("verdicts", []):
         lines.append(f"| {cell(v['claim'])} | {cell(v['paper'])} | {cell(v['ours'])} | {cell(v['test'])} | "
                      f"**{v['verdict']}** |")
-    if rep.get("front_table"):  # the table a report wants beside its claims (and on the README)
+    if rep.get("front_table") and not rep["front_table"].get("readme_only"):  # beside its claims (and on the README)
         lines += ["", rep["front_table"]["title"] + ":", ""] + rep["front_table"]["lines"]
     figs = rep.get("figures", [])
     if figs:

@@ -56,3 +56,19 @@ def test_readme_is_short():
 def test_results_page_is_what_the_reports_say():
     r = subprocess.run([sys.executable, "experiments/results.py", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_front_tables_on_the_readme_and_on_the_results_page_unless_readme_only():
+    """experiments/results.py: a report's `front_table` goes on the README and on RESULTS.md, one
+    marked `readme_only` (a short form of the claims table RESULTS.md already has) on the README alone."""
+    sys.path.insert(0, str(ROOT))
+    from experiments import results
+    rep = {"verdicts": [{"claim": "c", "paper": "p", "ours": "o", "test": "t", "verdict": "reproduces"}]}
+    for readme_only, on_page in ((False, True), (True, False)):
+        reports = {name: dict(rep, front_table={"title": "Short", "lines": [f"| {name} row |"],
+                                                **({"readme_only": True} if readme_only else {})})
+                   for name, _ in results.PAPERS}
+        page, readme = results.results_page(reports), results.readme_table(reports)
+        for name, _ in results.PAPERS:
+            assert f"| {name} row |" in readme
+            assert (f"| {name} row |" in page) == on_page

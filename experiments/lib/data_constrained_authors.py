@@ -315,7 +315,7 @@ def verdicts(ax):
 
 
 def front_table(vs, sizes, slope, mult, ltests, ax):
-    """report.json's `front_table` (RESULTS.md and the README show it): each claim with the paper's
+    """report.json's `front_table` (the README shows it; RESULTS.md has the full table): each claim with the paper's
     number, ours in one short phrase with its test, and the verdict (the full cells: `verdicts`)."""
     f, m, t = ax["fan_out"] or {}, ax["multiplier"] or {}, ax["mdlm_tests"]
     n_p = lambda c: f"{fmt_p(c['p'])}, n = {c['n']}"  # noqa: E731
@@ -351,4 +351,4 @@ def front_table(vs, sizes, slope, mult, ltests, ax):
     lines = ["| the paper's claim | the paper | ours (test) | verdict |", "|---|---|---|---|"]
     lines += [f"| {v['claim']} | {v['paper']} | {short.get(v['claim']) or v['ours']} | **{v['verdict']}** |" for v in vs]
     return {"title": "Each claim beside the paper's number (its cells in RESULTS.md)",
-            "lines": lines}
+            "lines": lines, "readme_only": True}  # RESULTS.md has the full verdict table
