@@ -50,19 +50,19 @@ def test_no_tracked_file_outside_tests_cites_the_projects_private_notes():
 
 def test_readme_is_short():
     n = len((ROOT / "README.md").read_text().splitlines())
-    assert n <= 250, f"README.md has {n} lines; results belong in RESULTS.md (experiments/results.py)"
+    assert n <= 250, f"README.md has {n} lines; results belong in RESULTS.md (results.py)"
 
 
 def test_results_page_is_what_the_reports_say():
-    r = subprocess.run([sys.executable, "experiments/results.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "results.py", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
 
 
 def test_front_tables_on_the_readme_and_on_the_results_page_unless_readme_only():
-    """experiments/results.py: a report's `front_table` goes on the README and on RESULTS.md, one
+    """results.py: a report's `front_table` goes on the README and on RESULTS.md, one
     marked `readme_only` (a short form of the claims table RESULTS.md already has) on the README alone."""
     sys.path.insert(0, str(ROOT))
-    from experiments import results
+    import results
     rep = {"verdicts": [{"claim": "c", "paper": "p", "ours": "o", "test": "t", "verdict": "reproduces"}]}
     for readme_only, on_page in ((False, True), (True, False)):
         reports = {name: dict(rep, front_table={"title": "Short", "lines": [f"| {name} row |"],

@@ -484,7 +484,7 @@ def settings_json(a):
 
 
 def write_report(out, text, *, source, regime, figures, verdicts, provenance, **rest):
-    """OUT/report.md (text) and OUT/report.json: first the keys experiments/results.py reads
+    """OUT/report.md (text) and OUT/report.json: first the keys results.py reads
     (source, regime, figures, verdicts, provenance), then the report's own, in the order given."""
     write_text(Path(out) / "report.md", text)
     write_json(Path(out) / "report.json", {"source": source, "regime": regime, "figures": figures,

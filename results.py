@@ -2,8 +2,8 @@
 The results page: RESULTS.md, and the README's short "what reproduces here" table, rebuilt from
 the four experiments' report.json files without training anything.
 
-    python experiments/results.py            # rewrite RESULTS.md and the README's table
-    python experiments/results.py --check    # exit 1 if either differs from what the reports give
+    python results.py            # rewrite RESULTS.md and the README's table
+    python results.py --check    # exit 1 if either differs from what the reports give
 
 Each report.json (written by experiments/lib/<name>_report.py) carries what this page shows:
 `source` (arXiv id, title), `regime` (our scale and budget, and what differs from the paper),
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from experiments.lib.common import ALPHA, MIN_N, VERDICTS, provenance_line, write_text  # noqa: E402
@@ -30,7 +30,7 @@ PAPERS = (("ladder", "The ladder: music, then poetry, then prose"),
           ("procedural", "Procedural pre-training: algorithmic data before language"),
           ("data_constrained", "Data-constrained pre-training: Masked-Input Regularization and SoftQ"),
           ("prores", "ProRes: progressive residual warmup"))
-BEGIN, END = "<!-- results table: made by experiments/results.py -->", "<!-- end of results table -->"
+BEGIN, END = "<!-- results table: made by results.py -->", "<!-- end of results table -->"
 
 
 def load(name):
@@ -72,7 +72,7 @@ def paper_section(i, name, heading, rep):
 
 def results_page(reports):
     lines = ["# Results", "",
-             "Made by `python experiments/results.py` from the four experiments' `report.json` files (nothing is "
+             "Made by `python results.py` from the four experiments' `report.json` files (nothing is "
              "trained; change a report's builder in `experiments/lib/`, not this page). Each row sets one claim of "
              "a paper beside our measurement. The reading rule: a difference is called an effect only when "
              f"Welch's t-test gives p < {ALPHA} with at least {MIN_N} runs on each side (runs that pair by seed: "
@@ -131,7 +131,7 @@ def main(argv=None):
              if not path.exists() or path.read_text() != text]
     if a.check:
         if stale:
-            print(f"out of date: {', '.join(stale)}; run python experiments/results.py", file=sys.stderr)
+            print(f"out of date: {', '.join(stale)}; run python results.py", file=sys.stderr)
             sys.exit(1)
         print("RESULTS.md and the README's table match the reports")
         return
