@@ -417,8 +417,8 @@ def law_lines(fits, fans, ltests):
     lines = ["## 3. Scaling laws per method", "", f"Paper: {PAPER['laws']}.", "",
              "Fitted on the seed-averaged cells (approach 3: Huber on log L, L-BFGS from a grid; scaling.py). "
              "Extrapolation: fitted without the largest U, error on it (where at least two budgets remain). "
-             "Fan-out: slope of L(smallest U) - L(largest U) per decade of N, of the data and of each fitted surface (0 for an additive law); the data's with "
-             "its slope test over the (size, seed) runs at both budgets. SoftQ against Chinchilla: their absolute "
+             "Fan-out: slope of L(smallest U) - L(largest U) per decade of N, of the data and of each fitted "
+             "surface (0 for an additive law); the data's with its slope test over the (size, seed) runs at both budgets. SoftQ against Chinchilla: their absolute "
              "errors paired by cell. Muennighoff: its two-step fit takes its base law from single-epoch runs, and the "
              "grid has none (every run repeats its U for the same number of epochs, so R_D = D/U - 1 is one value "
              "for all rows): scaling.py then fits the base on repeated-data rows and R_D*, R_N* are not identified, "
