@@ -69,6 +69,10 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     assert [e["contribution"] for e in rep["contributions"]] == [1, 2, 3, 4, 5, 6]
     assert all(e["verdict"] in common.VERDICTS for e in rep["contributions"])
     assert rep["figures"][-1] == "music.png" and (out / "music.png").stat().st_size > 0
+    import mido  # the two pieces of music.png, to listen to: playable MIDI with notes, named in the report
+    for name in ("music-real.mid", "music-sampled.mid"):
+        notes = [m for t in mido.MidiFile(out / name).tracks for m in t if m.type == "note_on" and m.velocity > 0]
+        assert notes and f"`{name}`" in (out / "report.md").read_text()
     assert rep["facts"]["music_train_chunks"] >= 120
     assert rep["provenance"]["runs_trained"] == len(ladder.plan(ladder.parse_args(argv)))
     assert rep["prose_unigram_ppl"] > 1 and rep["missing"] == []
@@ -123,7 +127,7 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     # a copy without the run folders rebuilds the same report from report.json (and details.json's curves)
     copy = tmp_path / "copy"
     copy.mkdir()
-    for f in ("report.md", "report.json", "details.json", "music.png"):
+    for f in ("report.md", "report.json", "details.json", "music.png", "music-real.mid", "music-sampled.mid"):
         (copy / f).write_bytes((out / f).read_bytes())
     ladder.main(["--report-only", "--out", str(copy)])
     for f in ("report.md", "report.json", "details.json"):

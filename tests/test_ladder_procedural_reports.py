@@ -1,5 +1,5 @@
-"""The committed ladder and procedural reports (the procedural default's, and the earlier table
-preset's in procedural-table): rebuilt from their report.json alone (no run folders) they come out
+"""The committed ladder and procedural reports (the defaults', and the earlier presets' in
+ladder-subset and procedural-table): rebuilt from their report.json alone (no run folders) they come out
 byte-identical; their verdicts follow from their own runs by the reading rule (that the report
 modules import no experiment script: tests/test_house.py)."""
 import json
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 
 
-REPORTS = ["ladder", "procedural", "procedural-table"]
+REPORTS = ["ladder", "ladder-subset", "procedural", "procedural-table"]
 
 
 def script(name):
@@ -53,8 +53,9 @@ def test_results_page_contract(name):
     assert p["command"].split()[:2] == ["python", f"experiments/{script(name)}.py"]  # (+ invocation flags: --jobs)
 
 
-def test_ladder_verdicts_follow_from_the_runs_by_welch():
-    rep = json.loads((RESULTS / "ladder" / "report.json").read_text())
+def test_ladder_subset_verdicts_follow_from_the_runs_by_welch():
+    """The earlier default (65,536 prose tokens, d 16/32/64), kept in ladder-subset."""
+    rep = json.loads((RESULTS / "ladder-subset" / "report.json").read_text())
     runs = rep["runs"]
     vals = lambda c, w, m: [r[m] for r in runs if r["condition"] == c and r["width"] == w]
     by_claim = {v["claim"]: v for v in rep["verdicts"]}
@@ -69,8 +70,52 @@ def test_ladder_verdicts_follow_from_the_runs_by_welch():
     assert by_claim["poetry adds to music"]["verdict"] == "reproduces"
     assert by_claim["the advantage persists at the plateau"]["verdict"] == "not measured"
     assert rep["prose_unigram_ppl"] == pytest.approx(2295.29, abs=0.01)
-    md = (RESULTS / "ladder" / "report.md").read_text()
+    md = (RESULTS / "ladder-subset" / "report.md").read_text()
     assert "significant" not in md and "every width" not in md
+
+
+MUST_HOLD_D16 = ("random", "music", "ladder", "synthetic", "compute-matched", "volume-small", "volume-large",
+                 "volume-large-synthetic", "ablation-attn", "ablation-mlp", "ablation-norm", "ablation-embed")
+
+
+def test_ladder_default_is_the_six_contributions_at_a_prose_budget_where_they_can_show():
+    """The ladder default's committed report (--preset contributions): every condition of the six
+    contributions at d16 and the long pair at d64 with n >= 3; random init's first epoch below the
+    prose unigram perplexity; the compute-matched control within 5% of its own best epoch; every
+    p-value (table, comparisons, verdicts) is scipy's Welch test on the runs, the long pair against
+    long-random."""
+    from experiments.lib.ladder_conditions import baseline
+    rep = json.loads((RESULTS / "ladder" / "report.json").read_text())
+    assert rep["settings"]["preset"] == "contributions" and not rep["missing"]
+    runs, unigram = rep["runs"], rep["prose_unigram_ppl"]
+    vals = lambda c, w, m: [r[m] for r in runs if r["condition"] == c and r["width"] == w]
+    for c in MUST_HOLD_D16:
+        assert len(vals(c, 16, "ppl_final")) >= 3, c
+    for c in ("long-random", "long-ladder"):
+        assert len(vals(c, 64, "ppl_final")) >= 3, c
+    assert unigram > 1000 and all(p < unigram for p in vals("random", 16, "ppl_first_epoch"))
+    matched = [r for r in runs if r["condition"] == "compute-matched"]
+    assert all(r["ppl_final"] <= 1.05 * r["ppl_best"] for r in matched)
+    assert [c["holds"] for c in rep["checks"][:2]] == [True, True]
+    welch = lambda x, y: stats.ttest_ind(x, y, equal_var=False).pvalue
+    for row in rep["table"]:
+        if row["p_vs_random"] is not None:
+            expect = welch(vals(row["condition"], row["width"], row["metric"]),
+                           vals(baseline(row["condition"]), row["width"], row["metric"]))
+            assert row["p_vs_random"] == pytest.approx(expect, rel=1e-9), row
+    assert any(c["x"] == "long-ladder" and c["y"] == "long-random" for c in rep["comparisons"])
+    for c in rep["comparisons"]:
+        expect = welch(vals(c["x"], c["width"], c["metric"]), vals(c["y"], c["width"], c["metric"]))
+        assert c["p"] == pytest.approx(expect, rel=1e-9), c
+    by_claim = {v["claim"]: v for v in rep["verdicts"]}
+    long_claim = by_claim["the advantage persists at the plateau"]
+    assert common.fmt_p(welch(vals("long-ladder", 64, "ppl_final"), vals("long-random", 64, "ppl_final"))) \
+        in long_claim["test"] and long_claim["verdict"] != "not measured"
+    assert [e["contribution"] for e in rep["contributions"]] == [1, 2, 3, 4, 5, 6]
+    assert all(e["verdict"] != "not measured" for e in rep["contributions"])
+    front = "\n".join(rep["front_table"]["lines"])
+    assert all(f"**{e['verdict']}**" in front for e in rep["contributions"])
+    assert "music.png" in rep["figures"]
 
 
 def test_procedural_default_is_the_authors_budget_and_its_p_values_recompute():

@@ -144,8 +144,8 @@ def fmt_check(c):
     return {True: "holds", False: "FAILS", None: "not measured"}[c["holds"]]
 
 
-def markdown(a, data, entries, check_list, figure):
-    """The report's section on the six contributions (lines)."""
+def markdown(a, data, entries, check_list, figure, midi=()):
+    """The report's section on the six contributions (lines); midi: the .mid files beside the figure."""
     lines = ["## The six contributions beside the paper's numbers", "",
              "| # | contribution | paper | ours | test (Welch) | paired by seed | verdict |",
              "|---|---|---|---|---|---|---|"]
@@ -162,5 +162,6 @@ def markdown(a, data, entries, check_list, figure):
     lines += [f"- {c['check']}: {fmt_check(c)} ({c['detail']})." for c in check_list]
     if figure:
         lines += ["", f"`{figure}`: a real piece of the music stage beside one sampled from a music checkpoint "
-                  "(piano rolls: pitch against time, velocity as shade)."]
+                  "(piano rolls: pitch against time, velocity as shade)"
+                  + (f"; to listen: {', '.join(f'`{m}`' for m in midi)}." if midi else ".")]
     return lines + [""]

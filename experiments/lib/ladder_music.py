@@ -1,13 +1,16 @@
 """
-The ladder report's look at the music stage: a real piece and one sampled from a music checkpoint,
-side by side as piano rolls (pitch against time, velocity as shade; sample.write_piano_roll), and
-how many training chunks the music corpus holds (N and 3N are scaled to it).
+The ladder report's look and listen at the music stage: a real piece and one sampled from a music
+checkpoint, side by side as piano rolls (pitch against time, velocity as shade; sample.write_piano_roll)
+and as two playable .mid files beside the figure, and how many training chunks the music corpus holds
+(N and 3N are scaled to it).
 arXiv 2604.21265 ("Listen and Chant Before You Read"): stage 1 trains on MIDI performances in a
 160-token event vocabulary; the paper's volume contrast is 12k vs 36k chunks of MAESTRO.
 
     n = train_chunks(a)                                    # chunks of block_size + 1 tokens
-    real_and_sampled(a, checkpoint, out / "music.png")     # the figure (None when it cannot be drawn)
+    real_and_sampled(a, checkpoint, out / "music.png")     # the figure + music-real.mid, music-sampled.mid
 """
+
+MIDI_FILES = ("music-real.mid", "music-sampled.mid")  # beside the figure: the two pieces, to listen to
 
 from data.common import UserError
 
@@ -48,15 +51,22 @@ def sampled_piece(checkpoint, tokens, seed=0):
 
 def real_and_sampled(a, checkpoint, path, tokens=512):
     """Write PATH: the real piece (left) and a sample of the checkpoint (right), each its first `tokens`
-    tokens decoded to notes (data.midi.tokens_to_notes). Returns PATH, or None without the checkpoint."""
+    tokens decoded to notes (data.midi.tokens_to_notes), and beside it MIDI_FILES, the same two pieces
+    as playable .mid files. Returns PATH, or None without the checkpoint."""
+    import os
     from pathlib import Path
     import sample
-    from data.midi import tokens_to_notes
+    from data.midi import notes_to_midi, tokens_to_notes
     from experiments.lib import common
     if not Path(checkpoint).exists():
         return None
     real = tokens_to_notes(real_piece(music_corpus(a).val, tokens))
     fake = tokens_to_notes(sampled_piece(checkpoint, tokens))
+    for name, notes in zip(MIDI_FILES, (real, fake)):
+        target = Path(path).with_name(name)
+        tmp = target.with_name(f".{name}.tmp")
+        notes_to_midi(notes).save(tmp)
+        os.replace(tmp, target)
     plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), sharey=True)
     sample.write_piano_roll(real, None, f"real ({a.music_stage}, validation): {len(real)} notes", ax=axes[0])

@@ -21,7 +21,7 @@ import argparse
 import json
 import math
 
-from experiments.lib import common, ladder_contributions
+from experiments.lib import common, ladder_contributions, ladder_music
 from experiments.lib.ladder_conditions import baseline, is_long, ladder_steps, steps_per_epoch
 
 METRICS = ("ppl_first_epoch", "ppl_final")
@@ -536,7 +536,9 @@ def render(a, data, details, out, provenance):
         check_list = ladder_contributions.checks(records, data["prose_unigram_ppl"])
         extra = {"contributions": entries, "checks": check_list,
                  "front_table": ladder_contributions.front_table(entries, claim_changes(records))}
-        section = ladder_contributions.markdown(a, data, entries, check_list, MUSIC_FIGURE in figures and MUSIC_FIGURE)
+        midi = [m for m in ladder_music.MIDI_FILES if (out / m).exists()]
+        section = ladder_contributions.markdown(a, data, entries, check_list, MUSIC_FIGURE in figures and MUSIC_FIGURE,
+                                                midi)
         head, tail = text.split(CLAIMS_HEADING, 1)
         text = head + "\n".join(section) + "\n" + CLAIMS_HEADING + tail
     common.write_json(out / "report.json", {
