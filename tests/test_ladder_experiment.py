@@ -211,3 +211,13 @@ def test_contribution_checks_and_paired_readings():
     assert f"(b) music vs random d16 {change:+.1f}% ({common.fmt_p(welch)}, n = 3/3)" in front[2]
     assert front[2].startswith("| 1 | music before prose") and front[2].endswith("| **reproduces** |")
     assert "| (a) not in this run (b) not in this run (c) not in this run |" in front[4]
+    # the long pair: a run that hit the epoch cap (not stopped by --patience) is named in the claim's cell
+    long = [rec("long-random", s, 1, 2 + s, 2, 64) for s in range(3)] + [rec("long-ladder", s, 1, 1.9, 1.9, 64)
+                                                                         for s in range(3)]
+    by_claim = {v["claim"]: v for v in ladder_report.verdicts(long)}
+    ours = by_claim["the advantage persists at the plateau"]["ours"]
+    assert ours.endswith("; 2 of 6 runs ran to the epoch cap before --patience saw a plateau: the gap at the cap, "
+                         "not at a plateau")
+    assert "epoch cap" not in by_claim["music -> prose: lower perplexity at the end"]["ours"]
+    stopped = {v["claim"]: v for v in ladder_report.verdicts([dict(r, stopped_early=True) for r in long])}
+    assert "epoch cap" not in stopped["the advantage persists at the plateau"]["ours"]

@@ -249,6 +249,15 @@ def head_start(records, unigram):
             f"{', '.join(above)} (part of a gain there is a head start on token frequencies)") if above else ""
 
 
+def at_the_cap(records):
+    """Where the long pair's runs ran to the epoch cap instead of stopping at a plateau (--patience):
+    their gap is measured at the cap, not at the plateau the paper compares."""
+    runs = [r for r in records if is_long(r["condition"])]
+    capped = [r for r in runs if not r["stopped_early"]]
+    return (f"; {len(capped)} of {len(runs)} runs ran to the epoch cap before --patience saw a plateau: the gap "
+            "at the cap, not at a plateau") if capped else ""
+
+
 def verdicts(records, unigram=None):
     """report.json's `verdicts`: one entry per claim of the paper, each cell of it tested by Welch's t-test."""
     out = []
@@ -266,6 +275,8 @@ def verdicts(records, unigram=None):
             ours += " (" + ", ".join(f"{label}: {vd}" for label, _, vd in cells) + ")"
         if metric == "ppl_first_epoch":
             ours += head_start(records, unigram)
+        if any(is_long(x) for x, _ in pairs):
+            ours += at_the_cap(records)
         ns = {common.fmt_n(c) for _, c, _ in cells}
         test = ("Welch " + ", ".join(f"{label} {common.fmt_p(c['p'])}" for label, c, _ in cells)
                 + (f"; {ns.pop()} each" if len(ns) == 1 else "; " + ", ".join(common.fmt_n(c) for _, c, _ in cells)))
