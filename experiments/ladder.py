@@ -21,8 +21,8 @@ orthogonal (music's attention / MLP alone; the ladder with its poetry-trained em
 5. capacity-dependent volume (N vs 3N: -3.1% / +3.3% / +6.1% at d16 / 32 / 64); 6. the gap at the plateau (d64,
 5.5%). Conditions random, music, ladder, synthetic, compute-matched, volume-small, volume-large (= music's runs),
 volume-large-synthetic, ablation-attn/-mlp/-norm, ablation-embed at d16; volume-small / volume-large also at
---capacity-widths 32, 64; long-random / long-ladder at d64; 3 seeds (5 for the headline rows random, music,
-ladder would add ~31 CPU-min, ~15-21 min: --headline-seeds 5; the default leaves it out to stay near 3 h).
+--capacity-widths 32, 64; long-random / long-ladder at d64; 3 seeds, 5 for the headline rows random, music,
+ladder at d16 (--headline-seeds 5: 12 runs more, ~31 CPU-min by the estimate).
 Prose: the first 655,360 training tokens of wiki-leads (two thirds of its 990,088; 320 steps of 16 x 128 per
 epoch), 2 epochs; music and poetry 600 steps each at 16 x 128, as the reference run of this code at d16 (the
 whole prose for 2 epochs: random 779 after epoch 1, well below the unigram 2,295; music -13.6%, ladder -27.5%).
@@ -135,11 +135,11 @@ PRETRAIN = {
 }
 # the earlier default (--preset subset): four conditions at d 16/32/64 on the first 65,536 prose tokens, 5 epochs
 DEFAULT = dict(conditions="random,music,ladder,compute-matched", widths="16,32,64", seeds=3)
-# the six contributions (--preset contributions, the default): every condition they need at d16 on the whole
-# prose; volume-small / volume-large also at CAPACITY_WIDTHS; the long pair at --long-width; headline rows 5 seeds
+# the six contributions (--preset contributions, the default): every condition they need at d16 on two thirds of
+# the prose; volume-small / volume-large also at CAPACITY_WIDTHS; the long pair at --long-width; headline rows 5 seeds
 SIX = ("random,music,ladder,synthetic,compute-matched,volume-small,volume-large,volume-large-synthetic,"
        "ablation-attn,ablation-mlp,ablation-norm,ablation-embed,long-random,long-ladder")
-CONTRIBUTIONS = dict(conditions=SIX, widths="16", capacity_widths="32,64", seeds=3, headline_seeds=0,
+CONTRIBUTIONS = dict(conditions=SIX, widths="16", capacity_widths="32,64", seeds=3, headline_seeds=5,
                      batch_size=16, prose_tokens=655360, prose_epochs=2, music_steps=600, poetry_steps=600,
                      music_chunks=1346, eval_iters=24, pre_eval_iters=10, long_width=64, long_epochs=3, patience=1)
 PRESETS = {"contributions": CONTRIBUTIONS, "subset": DEFAULT}

@@ -165,7 +165,7 @@ def test_user_errors_are_one_line(tmp_path, text_dir, cache, capsys):
     assert not (tmp_path / "o" / "runs").exists()
 
 
-def test_default_plan_has_every_contribution_with_three_seeds(capsys):
+def test_default_plan_has_every_contribution_with_three_seeds_five_for_the_headline(capsys):
     a = ladder.parse_args(["--plan"])
     assert a.preset == "contributions" and a.prose_tokens >= 990_088 // 2  # a large share of wiki-leads
     seeds = {}
@@ -173,6 +173,8 @@ def test_default_plan_has_every_contribution_with_three_seeds(capsys):
         seeds.setdefault((c, w), set()).add(s)
     for c in MUST_HOLD_D16:
         assert len(seeds[(c, 16)]) >= 3, c
+    for c in ("random", "music", "ladder"):  # the headline rows: 5 seeds
+        assert len(seeds[(c, 16)]) == 5, c
     for c in ("long-random", "long-ladder"):
         assert len(seeds[(c, 64)]) >= 3 and (c, 16) not in seeds
     for w in (16, 32, 64):  # the capacity contribution: N vs 3N at every width
