@@ -27,7 +27,7 @@ def tiny_argv(tmp_path, text_dir, out, *extra):
             "--warmup-iters", "2", "--prose-tokens", "256", "--prose-epochs", "2", "--music-steps", "6",
             "--poetry-steps", "4", "--music-chunks", "40", "--eval-iters", "2", "--pre-eval-iters", "1",
             "--long-width", "8", "--long-epochs", "4", "--patience", "1", "--capacity-widths", "",
-            "--music-stage", "music-synthetic", "--synthetic-tokens", "20000",
+            "--music-stage", "music-synthetic", "--synthetic-tokens", "20000", "--headline-seeds", "0",
             "--poetry-stage", f"text:{text_dir}", "--prose-stage", f"text:{prose}", *extra]
 
 
@@ -55,6 +55,10 @@ def test_plan_shares_runs_and_every_argv_parses(tmp_path, text_dir, cache):
     assert flags("long-ladder").patience == 1 and flags("long-ladder").iters == 4 * spe
     m = [train.parse_args(r.argv).music_chunks for r in runs.values() if r.name.startswith("pre-music")]
     assert sorted(set(m)) == [40, 120]
+    # --headline-seeds: more seeds for random, music and ladder only
+    h = ladder.parse_args(tiny_argv(tmp_path, text_dir, tmp_path / "out", "--conditions", "all", "--headline-seeds", "3"))
+    n = lambda c: len([s for cc, w, s in ladder.cells(h) if cc == c])
+    assert [n(c) for c in ("random", "music", "ladder", "synthetic", "long-ladder")] == [3, 3, 3, 2, 2]
 
 
 def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
