@@ -4,7 +4,7 @@ arXiv 2604.21265 ("Listen and Chant Before You Read"): music then poetry before 
 (349.0 ladder vs 373.2 music only vs 423.0 random init, p < 0.001); music alone is 26% lower after the first
 prose epoch and 11.8% after convergence.
 
-    python experiments/ladder.py --plan            # the default's runs and estimated time (~3-4 h; below)
+    python experiments/ladder.py --plan            # the default's runs and estimated time (2.6 h measured; below)
     python experiments/ladder.py                   # the default: --preset contributions, the six contributions
     python experiments/ladder.py --quick           # its smoke version, a few minutes: every condition, d16, 2 seeds
     python experiments/ladder.py --preset subset   # the earlier default (65,536 prose tokens; ~55 min)
@@ -31,15 +31,14 @@ prose 1,840 / 320 = 5.75 times (the 65,536-token subset was repeated 14 times an
 report.json's `checks` say whether this one does). Long pair: at most 3 epochs, patience 1 evaluation.
 Music volume: the paper's 12k vs 36k MAESTRO chunks keep their 1 : 3 ratio on the offline music21 corpus,
 which holds 4,038 training chunks of 129 tokens: 3N = 4,038 (all of it), N = 1,346; 600 steps x 16 chunks =
-9,600 draws, 2.4 passes over 3N and 7.1 over N (the paper: 2 passes over 36k). `--plan` estimates 81 runs,
-~336 CPU-min = ~168 min with --jobs 2 on 2 quiet cores from the per-token costs, ~225 min at the reference
-run's ratio of measured to estimated time (REFERENCE_FACTOR 43 / 32); a shared machine is slower. Those costs
-are a CPU with bf16 instructions (the fused head in bf16, README "Speed"); where the head runs in fp32 a
-prose step took ~3x as long (a 2-core AVX2 AMD EPYC: ~1.1 s a d16 step of 2,048 tokens, two runs at a time,
-against ~0.35 s; ~9 h in all). Since lm_loss.chunk_rows keeps a d16 head's chunk in cache on one thread, a
-d16 step there is ~1.9x faster (684 -> 356 ms alone, 1 thread; d32/d64 unchanged): ~6 h expected, over
-several sessions, each resuming the finished runs. After the first runs --plan prints the pace measured on
-the machine itself (common.pace_line).
+9,600 draws, 2.4 passes over 3N and 7.1 over N (the paper: 2 passes over 36k). `--plan` estimates 91 runs,
+~367 CPU-min = ~184 min with --jobs 2 on 2 quiet cores from the per-token costs. Measured: 154 min wall
+(300 CPU-min) on a 2-core AMD EPYC with bf16 instructions (commit d9f73e0, experiments/results/ladder):
+0.8x the estimate. Those costs assume a CPU with bf16 instructions (the fused head in bf16, README "Speed");
+where the head runs in fp32 a prose step takes ~3x as long (a 2-core AVX2 CPU: ~1.1 s a d16 step of 2,048
+tokens, two runs at a time, against ~0.35 s), so expect several hours there, over several sessions, each
+resuming the finished runs. After the first runs --plan prints the pace measured on the machine itself
+(common.pace_line).
 The report adds to the table below: `contributions` (each with its claims, Welch test, the paired test by
 seed as a second reading, and a combined verdict), `checks` (random's first epoch below `prose_unigram_ppl`,
 the compute-matched control within 5% of its best epoch, the long pair at a plateau) and music.png (a real

@@ -357,7 +357,13 @@ def regime(a, data, provenance):
         h = provenance["hardware"]
         where = (f" {provenance['wall_seconds'] / 60:.1f} min wall on "
                  f"{common.hardware(h) if isinstance(h, dict) else h}.")
-    return (f"{a.n_layer}-layer GPTs at d = {', '.join(map(str, a.widths))}, {a.seeds} seeds; prose = "
+    extra = getattr(a, "capacity_widths", None) or []
+    widths = ", ".join(map(str, a.widths)) + (f" (volume also d = {', '.join(map(str, extra))})" if extra else "")
+    if any(c.startswith("long-") for c in a.conditions):
+        widths += f", the long pair at d = {a.long_width}"
+    seeds = f"{a.seeds} seeds" + (f" ({a.headline_seeds} for random, music, ladder)"
+                                  if getattr(a, "headline_seeds", 0) else "")
+    return (f"{a.n_layer}-layer GPTs at d = {widths}; {seeds}; prose = "
             f"{f['prose_desc']}, {a.prose_epochs} epochs of {f['spe']} steps x {a.batch_size} x {a.block_size} tokens; "
             f"music {a.music_steps} steps on {3 * a.music_chunks:,} chunks of {music}; poetry {a.poetry_steps} steps; "
             f"the compute-matched control repeats the prose set for {f['ladder_steps'] / f['spe']:.1f} epochs."
