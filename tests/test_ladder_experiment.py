@@ -227,3 +227,14 @@ def test_contribution_checks_and_paired_readings():
     assert "epoch cap" not in by_claim["music -> prose: lower perplexity at the end"]["ours"]
     stopped = {v["claim"]: v for v in ladder_report.verdicts([dict(r, stopped_early=True) for r in long])}
     assert "epoch cap" not in stopped["the advantage persists at the plateau"]["ours"]
+
+
+def test_curves_draw_volume_large_where_music_has_no_runs():
+    from experiments.lib.ladder_report import curve_conditions
+    conds = ["random", "music", "volume-small", "volume-large", "long-random"]
+    details = {f"{c}/d{w}/s0": {} for c, w in [("random", 16), ("music", 16), ("volume-large", 16),
+                                                 ("volume-small", 16), ("volume-small", 32), ("volume-large", 32),
+                                                 ("long-random", 64)]}
+    assert curve_conditions(conds, details, 16) == ["random", "music", "volume-small"]  # volume-large drawn as music
+    assert curve_conditions(conds, details, 32) == ["volume-small", "volume-large"]
+    assert curve_conditions(conds, details, 64) == ["long-random"]

@@ -407,7 +407,8 @@ def markdown(a, data, rows, comps, verdict_list, provenance):
         lines += [f"Missing results ({len(missing)}): "
                   + ", ".join(f"{c} d{w} s{s} ({why})" for c, w, s, why in missing[:20])
                   + (" ..." if len(missing) > 20 else ""), ""]
-    lines += ["Figures: `width.png` (change against random per width), `curves.png` (prose validation perplexity "
+    lines += ["Figures: `width.png` (change against random per width; where volume ran at several widths, 3N against N "
+              "music chunks per width beside the paper's), `curves.png` (prose validation perplexity "
               "per epoch, mean over seeds), `ablation.png` (final perplexity per condition, bars). Every run's "
               "numbers, the table, comparisons and verdicts: `report.json`; per-run chains and curves: "
               "`details.json`.", ""]
@@ -417,6 +418,13 @@ def markdown(a, data, rows, comps, verdict_list, provenance):
 # ---------------------------------------------------------------------------------------------
 # figures
 
+def curve_conditions(conditions, details, width):
+    """The conditions curves.png draws at one width: those with runs there, volume-large only where
+    `music` (the same runs) has none at that width (the capacity widths)."""
+    have = {c for c in conditions if any(k.startswith(f"{c}/d{width}/") for k in details)}
+    return [c for c in conditions if c in have and not (c == "volume-large" and "music" in have)]
+
+
 def plot_curves(a, details, path):
     plt = common.pyplot()
     widths = sorted({int(k.split("/d")[1].split("/")[0]) for k in details})
@@ -424,11 +432,9 @@ def plot_curves(a, details, path):
     colors = plt.get_cmap("tab20").colors
     for ax, w in zip(axes[0], widths):
         for i, c in enumerate(a.conditions):
-            if c == "volume-large" and "music" in a.conditions:
-                continue  # the same runs as `music`
-            curves = [d["curve"] for k, d in details.items() if k.startswith(f"{c}/d{w}/")]
-            if not curves:
+            if c not in curve_conditions(a.conditions, details, w):
                 continue
+            curves = [d["curve"] for k, d in details.items() if k.startswith(f"{c}/d{w}/")]
             by_epoch = {}
             for cv in curves:
                 for e, p in cv:
@@ -447,9 +453,42 @@ def plot_curves(a, details, path):
     common.save_figure(fig, path)
 
 
-def plot_width(a, rows, path):
+# contribution 5: the paper's change of prose perplexity with 3N (36k) rather than N (12k) music chunks, per width
+PAPER_VOLUME = {16: 3.1, 32: -3.3, 64: -6.1}
+
+
+def plot_volume(ax, records):
+    """width.png's capacity panel: volume-large against volume-small per width, each seed's change
+    (paired by seed) and the mean change, beside the paper's numbers."""
+    widths = sorted({r["width"] for r in records if r["condition"] == "volume-small"}
+                    & {r["width"] for r in records if r["condition"] == "volume-large"})
+    means = []
+    for w in widths:
+        small = {r["seed"]: r["ppl_final"] for r in records if r["condition"] == "volume-small" and r["width"] == w}
+        large = {r["seed"]: r["ppl_final"] for r in records if r["condition"] == "volume-large" and r["width"] == w}
+        pts = [100 * (large[s] / small[s] - 1) for s in sorted(small.keys() & large.keys())]
+        ax.scatter([w] * len(pts), pts, color="tab:blue", alpha=0.4, s=14)
+        means.append(100 * (sum(large.values()) / len(large) / (sum(small.values()) / len(small)) - 1))
+    ax.plot(widths, means, marker="o", color="tab:blue", label="ours: mean (dots: each seed)")
+    pw = sorted(PAPER_VOLUME)
+    ax.plot(pw, [PAPER_VOLUME[w] for w in pw], marker="s", ls="--", color="tab:red", label="paper (MAESTRO 12k vs 36k)")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(widths) | set(pw)))
+    ax.set_xticklabels([str(w) for w in sorted(set(widths) | set(pw))])
+    ax.set_xlabel("width d")
+    ax.set_ylabel("3N vs N music chunks: change of prose ppl (%)")
+    ax.set_title("more music by capacity (negative: 3N better)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def plot_width(a, rows, path, records=()):
     plt = common.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    capacity = len({r["width"] for r in records if r["condition"] == "volume-small"}) > 1
+    fig, axes = plt.subplots(1, 3 if capacity else 2, figsize=(15 if capacity else 10, 4))
+    if capacity:
+        plot_volume(axes[2], records)
     colors = plt.get_cmap("tab20").colors
     widths = sorted({r["width"] for r in rows})
     for ax, metric in zip(axes, METRICS):
@@ -566,6 +605,6 @@ def render(a, data, details, out, provenance):
     if details is not None:
         common.write_json(out / "details.json", {"runs": details})
         plot_curves(a, details, out / "curves.png")
-    plot_width(a, rows, out / "width.png")
+    plot_width(a, rows, out / "width.png", records)
     plot_ablation(a, records, out / "ablation.png")
     return text
