@@ -127,11 +127,13 @@ if __name__ == "__main__":  # the workers are spawned: they import this file
 '''
 
 
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
 def test_ctrl_c_stops_a_sweep_its_runs_checkpoint_no_queued_run_starts_and_it_is_recorded(cache, text_dir,
-                                                                                           tmp_path):
-    """Ctrl-C in a terminal (SIGINT to the sweep and its workers) while 2 of 4 runs train: the
-    finished run stays finished, both runs in flight save a checkpoint, the queued run never
-    starts, and provenance.json records the stopped invocation with the one run it finished."""
+                                                                                           tmp_path, how):
+    """Ctrl-C in a terminal (SIGINT to the sweep and its workers), or `kill PID` (SIGTERM to the
+    sweep alone), while 2 of 4 runs train: the finished run stays finished, both runs in flight
+    save a checkpoint, the queued run never starts, no worker outlives the sweep, and
+    provenance.json records the stopped invocation with the one run it finished."""
     import subprocess
     import sys
     import time
@@ -150,8 +152,20 @@ def test_ctrl_c_stops_a_sweep_its_runs_checkpoint_no_queued_run_starts_and_it_is
         while not running() and p.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         assert running(), p.communicate()[0] if p.poll() is not None else "the runs did not start within 120 s"
-        os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+        if how == "ctrl-c":
+            os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+        else:
+            os.kill(p.pid, signal.SIGTERM)  # what `kill PID` does: the sweep alone, not its workers
         log = p.communicate(timeout=120)[0]
+        deadline = time.time() + 30
+        while time.time() < deadline:  # the workers leave with the pool; none may train on, orphaned
+            try:
+                os.killpg(p.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"a worker outlived the sweep:\n{log}")
     finally:
         if p.poll() is None:  # a failed test leaves no sweep behind
             os.killpg(p.pid, signal.SIGKILL)

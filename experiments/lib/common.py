@@ -18,6 +18,7 @@ import math
 import multiprocessing as mp
 import os
 import platform
+import signal
 import statistics
 import sys
 import time
@@ -144,9 +145,43 @@ def _worker(argv, folder, threads):
         return "failed:\n" + traceback.format_exc(), 0.0
 
 
-def run_sweep(runs, jobs=1, threads=0, keep=None):
-    """Train every unfinished run. keep(run) -> bool can skip runs (e.g. a stage checkpoint
-    another run needs). Returns {name: (status, seconds)} for the runs trained now."""
+class TermAsCtrlC:
+    """`kill PID` (SIGTERM to the sweep alone) stops it as a terminal's Ctrl-C does: SIGINT to every
+    worker of `pool` (each saves a checkpoint) and to the sweep itself, which then starts no queued run
+    and waits for the runs in flight. Without it the sweep dies at once and its workers train on,
+    orphaned, where a rerun would train the same runs into the same folders beside them."""
+
+    def __init__(self):
+        self.pool, self._old = None, None
+
+    def _handler(self, signum, frame):
+        for pid in list(getattr(self.pool, "_processes", None) or {}):
+            try:
+                os.kill(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def __enter__(self):
+        try:
+            self._old = signal.signal(signal.SIGTERM, self._handler)
+        except ValueError:  # not the main thread: signals stay as they are
+            self._old = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def run_sweep(runs, jobs=1, threads=0):
+    """Train every unfinished run (--jobs at a time); returns {name: (status, seconds)} for the runs
+    trained now. Ctrl-C or `kill PID` stops it with every run in flight checkpointed (TermAsCtrlC)."""
+    with TermAsCtrlC() as term:
+        return _run_sweep(runs, jobs, threads, term)
+
+
+def _run_sweep(runs, jobs, threads, term):
     for r in runs:  # a finished run of other settings is not silently reused
         s = read_summary(r.folder)
         if s is not None:
@@ -168,6 +203,7 @@ def run_sweep(runs, jobs=1, threads=0, keep=None):
         return results
     print(f"{len(todo)} runs, {jobs} at a time, {threads} thread(s) each; logs in <run>/log.txt", flush=True)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        term.pool = pool
         queued, running = list(todo), {}  # a run is handed to a worker only when one is free
         try:
             while queued or running:
