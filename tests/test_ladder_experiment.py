@@ -82,9 +82,14 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     assert rep["prose_unigram_ppl"] > 1 and rep["missing"] == []
     for v in rep["verdicts"]:  # the results page's contract
         assert set(v) == {"claim", "paper", "ours", "test", "verdict"} and v["verdict"] in common.VERDICTS
+    curves = json.loads((out / "details.json").read_text())["runs"]
     for r in rep["runs"]:
-        assert set(r) == set(RUN_KEYS)
+        long = r["condition"].startswith("long-")
+        assert set(r) == set(RUN_KEYS) | ({"last_epoch_change"} if long else set())
         assert all(isinstance(r[k], t) for k, t in RUN_KEYS.items()), r
+        if long:  # the last epoch's change of perplexity, from the run's own curve
+            (_, before), (_, last) = curves[f"{r['condition']}/d{r['width']}/s{r['seed']}"]["curve"][-2:]
+            assert r["last_epoch_change"] == pytest.approx(last / before - 1)
         assert math.isfinite(r["ppl_first_epoch"]) and math.isfinite(r["ppl_final"])
     conds = {r["condition"] for r in rep["runs"]}
     assert conds == {"random", "music", "ladder", "compute-matched", "ablation-embed", "long-random", "long-ladder"}
@@ -227,6 +232,13 @@ def test_contribution_checks_and_paired_readings():
     assert "epoch cap" not in by_claim["music -> prose: lower perplexity at the end"]["ours"]
     stopped = {v["claim"]: v for v in ladder_report.verdicts([dict(r, stopped_early=True) for r in long])}
     assert "epoch cap" not in stopped["the advantage persists at the plateau"]["ours"]
+    # how far from a plateau the capped runs ended: the mean and range of their last epoch's change
+    falling = [dict(r, last_epoch_change=-0.01 * (k + 1)) for k, r in enumerate(long)]  # capped: seeds 0, 0
+    ours = {v["claim"]: v for v in ladder_report.verdicts(falling)}["the advantage persists at the plateau"]["ours"]
+    assert ours.endswith("(their last epoch changed the perplexity by -2.5% on average, -4.0% to -1.0%)")
+    plateau = ladder_contributions.check_plateau(falling)
+    assert plateau["holds"] is False and plateau["detail"].startswith("4 of 6 runs stopped early")
+    assert plateau["detail"].endswith("-2.5% on average, -4.0% to -1.0%)")
 
 
 def test_curves_draw_volume_large_where_music_has_no_runs():

@@ -15,7 +15,8 @@ The checks (each holds / fails, from the records alone):
   so a first-epoch gain is not a head start on token frequencies;
 - the compute-matched control does not overfit: each run's final perplexity is at most
   OVERFIT_TOLERANCE above its own best evaluation;
-- the long pair: how many runs stopped at the plateau (--patience) rather than at the epoch cap.
+- the long pair: how many runs stopped at the plateau (--patience) rather than at the epoch cap, and how
+  much the capped ones still changed in their last epoch.
 """
 
 import math
@@ -109,6 +110,17 @@ def check_overfit(records):
             "detail": f"{len(runs)} runs; the worst ends {100 * worst:.1f}% above its best evaluation"}
 
 
+def still_falling(capped):
+    """How far from a plateau the capped runs ended: their last epoch's change of perplexity (records
+    of a report made before it was recorded: '')."""
+    ch = [r["last_epoch_change"] for r in capped if r.get("last_epoch_change") is not None
+          and math.isfinite(r["last_epoch_change"])]
+    if not ch:
+        return ""
+    return (f" (their last epoch changed the perplexity by {100 * sum(ch) / len(ch):+.1f}% on average, "
+            f"{100 * min(ch):+.1f}% to {100 * max(ch):+.1f}%)")
+
+
 def check_plateau(records):
     runs = [r for r in records if r["condition"] in ("long-random", "long-ladder")]
     check = "the long pair stopped at a plateau (--patience), not at the epoch cap"
@@ -118,7 +130,8 @@ def check_plateau(records):
     return {"check": check, "holds": len(stopped) == len(runs),
             "detail": f"{len(stopped)} of {len(runs)} runs stopped early" + (
                 "" if len(stopped) == len(runs) else "; the others ran to the cap, so their best perplexity is the "
-                                                     "best within the cap")}
+                                                     "best within the cap" + still_falling(
+                                                         [r for r in runs if not r.get("stopped_early")]))}
 
 
 def checks(records, unigram):

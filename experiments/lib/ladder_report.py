@@ -113,6 +113,8 @@ def read_record(a, c, w, s, runs):
            "steps": sum(st["iters"] for sm in sums for st in sm["stages"]),
            "tokens": sum(st["tokens"] for sm in sums for st in sm["stages"]),
            "seconds": round(sum(sm["seconds"] for sm in sums), 1)}
+    if is_long(c):  # how far from a plateau the run ended: its last epoch's change of perplexity
+        rec["last_epoch_change"] = math.exp(evals[-1][1] - evals[-2][1]) - 1 if len(evals) > 1 else float("nan")
     det = {"chain": [r.name for r in runs], "prose_steps": prose["iters"], "steps_per_epoch": spe,
            "prose_unique_tokens": prose["unique_tokens"], "stopped_early": prose["stopped_early"],
            "unigram_val_ppl": prose.get("unigram_val_ppl"),
@@ -255,7 +257,7 @@ def at_the_cap(records):
     runs = [r for r in records if is_long(r["condition"])]
     capped = [r for r in runs if not r["stopped_early"]]
     return (f"; {len(capped)} of {len(runs)} runs ran to the epoch cap before --patience saw a plateau: the gap "
-            "at the cap, not at a plateau") if capped else ""
+            "at the cap, not at a plateau" + ladder_contributions.still_falling(capped)) if capped else ""
 
 
 def verdicts(records, unigram=None):
