@@ -4,7 +4,7 @@ arXiv 2604.21265 ("Listen and Chant Before You Read"): music then poetry before 
 (349.0 ladder vs 373.2 music only vs 423.0 random init, p < 0.001); music alone is 26% lower after the first
 prose epoch and 11.8% after convergence.
 
-    python experiments/ladder.py --plan            # the default's runs and estimated time (2.6 h measured; below)
+    python experiments/ladder.py --plan            # the default's runs and estimated time (~3.5 h measured; below)
     python experiments/ladder.py                   # the default: --preset contributions, the six contributions
     python experiments/ladder.py --quick           # its smoke version, a few minutes: every condition, d16, 2 seeds
     python experiments/ladder.py --preset subset   # the earlier default (65,536 prose tokens; ~55 min)
@@ -29,13 +29,15 @@ whole prose for 2 epochs: random 779 after epoch 1, well below the unigram 2,295
 Two thirds rather than all of it keeps the default near 3 h; the compute-matched control then repeats the
 prose 1,840 / 320 = 5.75 times (the 65,536-token subset was repeated 14 times and overfitted by +166% at d16;
 report.json's `checks` say whether this one does). Long pair: at most 10 epochs, patience 1 evaluation
-(at a cap of 3 both d64 runs were still falling ~11% an epoch: the gap at the cap, not at a plateau).
+(at a cap of 3 both d64 runs were still falling ~11% an epoch; at 10 they end flat, the last epoch -0.4% on
+average, though still at the cap rather than stopped by --patience).
 Music volume: the paper's 12k vs 36k MAESTRO chunks keep their 1 : 3 ratio on the offline music21 corpus,
 which holds 4,038 training chunks of 129 tokens: 3N = 4,038 (all of it), N = 1,346; 600 steps x 16 chunks =
 9,600 draws, 2.4 passes over 3N and 7.1 over N (the paper: 2 passes over 36k). `--plan` estimates 91 runs,
-~367 CPU-min = ~184 min with --jobs 2 on 2 quiet cores from the per-token costs. Measured: 154 min wall
-(300 CPU-min) on a 2-core AMD EPYC with bf16 instructions (commit d9f73e0, experiments/results/ladder):
-0.8x the estimate. Those costs assume a CPU with bf16 instructions (the fused head in bf16, README "Speed");
+~510 CPU-min = ~255 min with --jobs 2 on 2 quiet cores from the per-token costs. Measured on a 2-core AMD
+EPYC with bf16 instructions (experiments/results/ladder): 154 min wall (300 CPU-min) with the long pair at a
+3-epoch cap (0.8x its estimate), then its six runs again at the 10-epoch cap, 93 min with --jobs 3: ~3.5 h
+for the default from scratch. Those costs assume a CPU with bf16 instructions (the fused head in bf16, README "Speed");
 where the head runs in fp32 a prose step takes ~3x as long (a 2-core AVX2 CPU: ~1.1 s a d16 step of 2,048
 tokens, two runs at a time, against ~0.35 s), so expect several hours there, over several sessions, each
 resuming the finished runs. After the first runs --plan prints the pace measured on the machine itself
