@@ -361,7 +361,7 @@ def regime(a, data, provenance):
                  f"{common.hardware(h) if isinstance(h, dict) else h}.")
     extra = getattr(a, "capacity_widths", None) or []
     widths = ", ".join(map(str, a.widths)) + (f" (volume also d = {', '.join(map(str, extra))})" if extra else "")
-    if any(c.startswith("long-") for c in a.conditions):
+    if any(is_long(c) for c in a.conditions):
         widths += f", the long pair at d = {a.long_width}"
     seeds = f"{a.seeds} seeds" + (f" ({a.headline_seeds} for random, music, ladder)"
                                   if getattr(a, "headline_seeds", 0) else "")
@@ -433,8 +433,9 @@ def plot_curves(a, details, path):
     fig, axes = plt.subplots(1, max(1, len(widths)), figsize=(5 * max(1, len(widths)), 4), squeeze=False)
     colors = plt.get_cmap("tab20").colors
     for ax, w in zip(axes[0], widths):
+        drawn = curve_conditions(a.conditions, details, w)
         for i, c in enumerate(a.conditions):
-            if c not in curve_conditions(a.conditions, details, w):
+            if c not in drawn:
                 continue
             curves = [d["curve"] for k, d in details.items() if k.startswith(f"{c}/d{w}/")]
             by_epoch = {}
@@ -470,7 +471,8 @@ def plot_volume(ax, records):
         large = {r["seed"]: r["ppl_final"] for r in records if r["condition"] == "volume-large" and r["width"] == w}
         pts = [100 * (large[s] / small[s] - 1) for s in sorted(small.keys() & large.keys())]
         ax.scatter([w] * len(pts), pts, color="tab:blue", alpha=0.4, s=14)
-        means.append(100 * (sum(large.values()) / len(large) / (sum(small.values()) / len(small)) - 1))
+        means.append(100 * (common.mean_std(values(records, "volume-large", w, "ppl_final"))[0]
+                            / common.mean_std(values(records, "volume-small", w, "ppl_final"))[0] - 1))
     ax.plot(widths, means, marker="o", color="tab:blue", label="ours: mean (dots: each seed)")
     pw = sorted(PAPER_VOLUME)
     ax.plot(pw, [PAPER_VOLUME[w] for w in pw], marker="s", ls="--", color="tab:red", label="paper (MAESTRO 12k vs 36k)")
