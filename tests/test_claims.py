@@ -1,0 +1,116 @@
+"""The one reading engine (experiments/lib/claims.py): the tests it applies, checked against scipy
+and by hand, and how a claim's cells, arms and verdict come out of a list of records."""
+import statistics
+
+import pytest
+from scipy import stats
+
+from experiments.lib import claims
+from experiments.lib.claims import Claim
+
+
+def test_welch_is_ttest_ind_and_needs_three_runs_a_side():
+    a, b = [1.0, 1.1, 1.2], [2.0, 2.1, 2.25]
+    c = claims.welch(a, b)
+    assert c["p"] == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue) and c["test"] == "Welch"
+    assert c["clear"] and c["better"] is True and c["diff"] == pytest.approx(statistics.mean(a) - statistics.mean(b))
+    assert claims.welch(a, b, lower_is_better=False)["better"] is False
+    two = claims.welch([1.0, 1.01], [2.0, 2.01])  # p is tiny, but n = 2 is not a test
+    assert two["p"] < 0.05 and not two["clear"] and two["better"] is None
+    assert not claims.welch([1.0, 1.5, 2.0], [1.2, 1.7, 2.2])["clear"]  # n = 3 but p large
+
+
+def test_paired_is_the_paired_t_by_hand():
+    base, treat = [2.0, 2.5, 3.0], [2.1, 2.62, 3.08]  # higher in every pair
+    d = [t - b for t, b in zip(treat, base)]
+    t = statistics.mean(d) / (statistics.stdev(d) / 3 ** 0.5)
+    c = claims.paired(treat, base)
+    assert c["p"] == pytest.approx(2 * stats.t.sf(abs(t), 2)) and c["n"] == 3
+    assert c["clear"] and c["better"] is False  # a higher loss: worse
+    assert not claims.paired(treat[:2], base[:2])["clear"]  # two pairs are no test, however consistent
+    assert claims.paired([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])["p"] is None  # differences without spread
+    assert claims.paired([1.0, None, 3.0, 4.0], [0.0, 1.0, 2.1, 3.05])["n"] == 3  # a pair with a gap is left out
+
+
+def test_slope_test_is_linregress_and_needs_four_points():
+    x, y = [1, 2, 3, 4], [0.021, -0.022, 0.018, 0.026]
+    s, r = claims.slope_test(x, y), stats.linregress(x, y)
+    assert s["slope"] == pytest.approx(r.slope) and s["p"] == pytest.approx(r.pvalue) and not s["clear"]
+    assert claims.slope_test([1, 2, 3, 4, 5], [1.0, 2.1, 2.9, 4.2, 5.0])["clear"]
+    assert not claims.slope_test([1, 2, 3], [1.0, 2.0, 3.1])["clear"]  # one degree of freedom
+
+
+@pytest.mark.parametrize("cells,verdict", [
+    (["reproduces", "reproduces"], "reproduces"), (["reproduces", "no clear difference"], "partly"),
+    (["reproduces", "opposite"], "partly"), (["opposite", "no clear difference", "not measured"], "opposite"),
+    (["no clear difference", "not measured"], "no clear difference"), ([], "not measured")])
+def test_combined_verdict(cells, verdict):
+    assert claims.combined_verdict(cells) == verdict
+
+
+def test_fmt_p():
+    assert claims.fmt_p(None) == "p = n/a" and claims.fmt_p(0.0123) == "p = 0.012" and claims.fmt_p(0.23) == "p = 0.23"
+    assert claims.fmt_p(0.0004) == "p < 0.001"
+
+
+def runs(condition, values, seeds=None, **more):
+    return [dict(condition=condition, seed=s, loss=v, **more) for s, v in zip(seeds or range(len(values)), values)]
+
+
+def test_arms_that_share_seeds_are_paired_over_the_shared_seeds_and_others_by_welch():
+    treat = runs("a", [1.00, 1.52, 2.01, 9.0, 9.0], seeds=[0, 1, 2, 3, 4])  # seeds 3, 4 have no partner
+    base = runs("b", [1.10, 1.60, 2.12])
+    e = claims.read(Claim("a beats b", "-", {"condition": "a"}, {"condition": "b"}), treat + base)
+    (c,) = e["cells"]
+    assert c["test"] == "paired" and c["n"] == 3 and c["treat"] == [1.00, 1.52, 2.01]
+    assert c["p"] == pytest.approx(stats.ttest_rel([1.00, 1.52, 2.01], [1.10, 1.60, 2.12]).pvalue)
+    assert e["verdict"] == "reproduces" and e["test"].startswith("paired p = ")
+    other = runs("b", [1.10, 1.60, 2.12], seeds=[10, 11, 12])  # no shared seed: Welch on every run
+    (w,) = claims.read(Claim("a beats b", "-", {"condition": "a"}, {"condition": "b"}), treat + other)["cells"]
+    assert w["test"] == "Welch" and w["n"] == [5, 3]
+    assert w["p"] == pytest.approx(stats.ttest_ind([1.0, 1.52, 2.01, 9.0, 9.0], [1.1, 1.6, 2.12], equal_var=False).pvalue)
+
+
+def test_cells_directions_and_several_arms():
+    recs = (runs("m", [1.0, 1.1, 1.2], width=16) + runs("r", [2.0, 2.15, 2.2], width=16)
+            + runs("m", [3.0, 3.3, 3.1], width=32) + runs("r", [2.0, 2.1, 2.3], width=32)
+            + runs("x", [5.0, 5.0, 5.0], width=64))  # no base at d64: no cell there
+    cl = Claim("m beats r", "-", {"condition": "m"}, {"condition": "r"}, cells="width", label="d{}", percent=True,
+               fmt="{:.1f}")
+    e = claims.read(cl, recs)
+    assert [c["cell"] for c in e["cells"]] == [16, 32]
+    assert [c["verdict"] for c in e["cells"]] == ["reproduces", "opposite"] and e["verdict"] == "partly"
+    assert e["ours"].startswith("d16 1.1 ± 0.1 vs 2.1 ± 0.1 (-48.0%)")
+    flipped = claims.read(Claim("m beats r", "-", {"condition": "m"}, {"condition": "r"}, cells="width",
+                                worse_in=(32,)), recs)
+    assert flipped["verdict"] == "reproduces"  # the paper has m worse at d32: going that way reproduces it
+    two = claims.read(Claim("m, x beat r", "-", [{"condition": "m"}, {"condition": "x"}], {"condition": "r"},
+                            cells="width", only=(16,)), recs)
+    assert [c["name"] for c in two["cells"]] == ["m d16"]
+    assert claims.read(Claim("y beats r", "-", {"condition": "y"}, {"condition": "r"}), recs)["verdict"] == "not measured"
+
+
+def test_a_trend_reads_the_paired_advantage_against_log_x():
+    recs = []
+    for n, gain in ((1e4, 0.01), (1e5, 0.02), (1e6, 0.03)):
+        for s, noise in enumerate((0.0, 0.001, -0.001)):
+            recs += [dict(arm="mir", N=n, seed=s, loss=2.0 - gain - noise), dict(arm="wd", N=n, seed=s, loss=2.0)]
+    cl = Claim("the gain grows with N", "-", {"arm": "mir"}, {"arm": "wd"}, pair_by=("N", "seed"), slope="N",
+               log_x=True)
+    e = claims.read(cl, recs)
+    (c,) = e["cells"]
+    r = stats.linregress(c["x"], c["y"])
+    assert c["n"] == 9 and c["slope"] == pytest.approx(0.01) and c["p"] == pytest.approx(r.pvalue)
+    assert e["verdict"] == "reproduces"
+    assert claims.read(Claim("falls", "-", {"arm": "mir"}, {"arm": "wd"}, pair_by=("N", "seed"), slope="N",
+                             log_x=True, falls=True), recs)["verdict"] == "opposite"
+
+
+def test_the_table_escapes_pipes_and_read_all_adds_notes():
+    recs = runs("m", [1.0, 1.1, 1.2]) + runs("r", [2.0, 2.1, 2.25])
+    es = claims.read_all([Claim("m | r", "x", {"condition": "m"}, {"condition": "r"})], recs,
+                         notes={"m | r": "at the cap"})
+    assert es[0]["ours"].endswith("; at the cap")
+    lines = claims.table(es)
+    assert lines[2].startswith("| m \\| r | x |") and lines[2].endswith("| **reproduces** |")
+    assert claims.counts(es + es) == "2 reproduce"

@@ -1,0 +1,63 @@
+"""What every experiment records beside its numbers (experiments/lib/common.py): provenance over
+resumed invocations, and the plans' measured pace. The reading rule: tests/test_claims.py."""
+import json
+
+import pytest
+
+from experiments.lib import common
+
+
+def test_provenance_sums_every_invocation_that_trained(tmp_path):
+    first = common.Provenance(tmp_path, argv=["--seeds", "3"])
+    first.finish(runs_trained=2)
+    common.Provenance(tmp_path, argv=["--report-only"]).finish(runs_trained=0)  # a rebuild records nothing
+    again = common.Provenance(tmp_path, argv=["--seeds", "3"]).finish(runs_trained=1)  # a resumed sweep
+    entries = json.loads((tmp_path / "provenance.json").read_text())
+    assert len(entries) == 2 and again["runs_trained"] == 3 and len(again["invocations"]) == 2
+    assert again["wall_seconds"] == pytest.approx(sum(e["wall_seconds"] for e in entries))
+    assert again["command"].endswith("--seeds 3") and set(again["hardware"]) >= {"cpu", "cores", "torch", "gpu"}
+    assert common.kept_provenance(tmp_path) == again
+    line = common.provenance_line(again)
+    assert "over 2 invocations (resumed)" in line and "min wall" in line
+
+
+def test_kept_provenance_falls_back_to_the_reports_own(tmp_path):
+    prov = {"commit": "abc", "dirty": None, "command": "python x", "hardware": "AMD EPYC, 2 cores",
+            "wall_seconds": 60.0, "cpu_seconds": None, "note": "reconstructed from the notes"}
+    (tmp_path / "report.json").write_text(json.dumps({"provenance": prov}))
+    assert common.kept_provenance(tmp_path) == prov
+    assert common.provenance_line(prov).endswith("CPU time not recorded. Reconstructed from the notes.")
+    assert common.kept_provenance(tmp_path / "none") is None
+
+
+def test_a_stopped_invocation_is_recorded_unless_it_was_a_wrong_start(tmp_path):
+    """main_guard records an invocation that Ctrl-C or an error stopped (Provenance.stop): with
+    the runs finished since it started; one that finished nothing in its first minute is not kept."""
+    def stopped_main(finish_a_run, error):
+        def main():
+            common.Provenance(tmp_path, argv=["--seeds", "3"])
+            if finish_a_run:
+                (tmp_path / "runs" / "a").mkdir(parents=True)
+                (tmp_path / "runs" / "a" / "summary.json").write_text("{}")
+            raise error
+        with pytest.raises(SystemExit) as e:
+            common.main_guard(main)
+        return e.value.code
+    assert stopped_main(False, KeyboardInterrupt()) == 130 and not (tmp_path / "provenance.json").exists()
+    assert stopped_main(True, KeyboardInterrupt()) == 130
+    assert stopped_main(False, common.UserError("a run failed")) == 2  # adds nothing: no run since it started
+    (entry,) = json.loads((tmp_path / "provenance.json").read_text())
+    assert entry["stopped"] == "interrupted" and entry["runs_trained"] == 1 and entry["command"].endswith("--seeds 3")
+    assert common.Provenance.active is None
+
+
+def test_pace_line_scales_the_rest_by_the_finished_runs_measured_time(tmp_path):
+    runs = [common.Run(f"r{i}", tmp_path / f"r{i}", []) for i in range(3)]
+    estimate = {"r0": 100.0, "r1": 300.0, "r2": 600.0}
+    assert common.pace_line(runs, lambda r: estimate[r.name], 600.0, 2) == ""  # nothing finished yet
+    for r, seconds in ((runs[0], 300.0), (runs[1], 900.0)):  # 3x their estimates of 100 and 300 s
+        r.folder.mkdir()
+        (r.folder / "summary.json").write_text(json.dumps({"seconds": seconds}))
+    line = common.pace_line(runs, lambda r: estimate[r.name], 600.0, 2)
+    assert "the 2 finished run(s) took 20 min, 3.00x their estimate" in line
+    assert line.endswith("the rest at that pace ~15 min with --jobs 2")  # 3 x 600 s / 2 jobs
