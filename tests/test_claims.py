@@ -86,7 +86,7 @@ def test_cells_directions_and_several_arms():
     assert flipped["verdict"] == "reproduces"  # the paper has m worse at d32: going that way reproduces it
     two = claims.read(Claim("m, x beat r", "-", [{"condition": "m"}, {"condition": "x"}], {"condition": "r"},
                             cells="width", only=(16,)), recs)
-    assert [c["name"] for c in two["cells"]] == ["m d16"]
+    assert [c["name"] for c in two["cells"]] == ["m 16"]  # the arm, then the cell (label "{}")
     assert claims.read(Claim("y beats r", "-", {"condition": "y"}, {"condition": "r"}), recs)["verdict"] == "not measured"
 
 
