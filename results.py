@@ -10,8 +10,8 @@ Each report.json (written by experiments/lib/<name>_report.py) carries what this
 `verdicts` (per claim of the paper: the claim, the paper's number, ours, the test, the verdict),
 `figures`, `provenance` (commit, command, hardware, wall time), and optionally `front_table`
 (a title and Markdown table lines the report wants beside its claims and on the README; with
-`readme_only` on the README alone, e.g. a short form of the claims table). A verdict follows the reading
-rule of experiments/lib/common.compare: an effect only where Welch's p < 0.05 with n >= 3 a side.
+`readme_only` on the README alone). Every verdict is read by the one engine, experiments/lib/claims.py,
+from the claim table of its paper (experiments/lib/<paper>_claims.py).
 """
 
 import json
@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.lib.common import ALPHA, MIN_N, VERDICTS, provenance_line, write_text  # noqa: E402
+from experiments.lib.claims import RULE, cell, counts, table  # noqa: E402
+from experiments.lib.common import provenance_line, write_text  # noqa: E402
 from flags import ArgumentParser  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"
@@ -37,27 +38,13 @@ def load(name):
     return json.loads((RESULTS / name / "report.json").read_text())
 
 
-def cell(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def counts(verdicts):
-    """'2 reproduce, 3 no clear difference, 1 opposite' (only the verdicts that occur)."""
-    n = {v: sum(1 for x in verdicts if x["verdict"] == v) for v in VERDICTS}
-    words = {"reproduces": "reproduce"}
-    return ", ".join(f"{n[v]} {words.get(v, v)}" for v in VERDICTS if n[v]) or "none recorded"
-
-
 def paper_section(i, name, heading, rep):
     src = rep.get("source", {})
     link = f"experiments/results/{name}"
     lines = [f"## {i}. {heading}", "",
              f"{src.get('title', '')} (arXiv {src.get('arxiv', '?')}). Full report: [{link}/report.md]({link}/report.md).",
              "", provenance_line(rep.get("provenance")), "", f"**Regime.** {rep.get('regime', 'not recorded')}", "",
-             "| the paper's claim | paper | ours | test | verdict |", "|---|---|---|---|---|"]
-    for v in rep.get("verdicts", []):
-        lines.append(f"| {cell(v['claim'])} | {cell(v['paper'])} | {cell(v['ours'])} | {cell(v['test'])} | "
-                     f"**{v['verdict']}** |")
+             *table(rep.get("verdicts", []))]
     if rep.get("front_table") and not rep["front_table"].get("readme_only"):  # beside its claims (and on the README)
         lines += ["", rep["front_table"]["title"] + ":", ""] + rep["front_table"]["lines"]
     figs = rep.get("figures", [])
@@ -73,13 +60,8 @@ def paper_section(i, name, heading, rep):
 def results_page(reports):
     lines = ["# Results", "",
              "Made by `python results.py` from the four experiments' `report.json` files (nothing is "
-             "trained; change a report's builder in `experiments/lib/`, not this page). Each row sets one claim of "
-             "a paper beside our measurement. The reading rule: a difference is called an effect only when "
-             f"Welch's t-test gives p < {ALPHA} with at least {MIN_N} runs on each side (runs that pair by seed: "
-             "the paired t-test, same threshold; a trend: its own slope test); otherwise the verdict is \"no clear "
-             "difference\", with its p and n. A claim tested in several cells (widths, depths, sizes) is "
-             "\"partly\" when some cells reproduce it and others do not, \"opposite\" when none does and some go "
-             "clearly against it.", "",
+             "trained; change a paper's claim table in `experiments/lib/<paper>_claims.py`, not this page). Each row "
+             "sets one claim of a paper beside our measurement. " + RULE, "",
              "| paper | verdicts |", "|---|---|"]
     for i, (name, heading) in enumerate(PAPERS, 1):
         lines.append(f"| [{i}. {heading}](#{anchor(i, heading)}) | {counts(reports[name].get('verdicts', []))} |")

@@ -1,0 +1,122 @@
+"""Every committed report (experiments/results/*/report.json): its verdicts are its paper's claim table
+(experiments/lib/<paper>_claims.py) read from its own records by the one rule, recomputed here with
+scipy by code of its own (not the engine's): the paired t-test where both arms share seeds, Welch's
+otherwise, linregress for a trend; an effect only at p < 0.05 with n >= 3 a side (4 points for a
+slope); a claim read in several cells gets one combined verdict. And what results.py reads is there."""
+import importlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+REPORTS = sorted(p.parent.name for p in RESULTS.glob("*/report.json"))
+VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not measured")
+
+
+def paper_claims(name):
+    """The claim table of the experiment that wrote experiments/results/<name> (<script>[-<preset>])."""
+    return importlib.import_module(f"experiments.lib.{name.split('-')[0]}_claims")
+
+
+def ok(x):
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def matching(records, flt):
+    return [r for r in records if all(r.get(k) == v for k, v in flt.items())]
+
+
+def expected_cells(cl, records):
+    """[(p, n, verdict)] of a claim's cells, by scipy on the records."""
+    if cl.slope:
+        key = lambda r: tuple(r.get(k) for k in cl.pair_by)  # noqa: E731
+        if cl.base is None:
+            pts = [(r.get(cl.slope), r.get(cl.metric)) for r in matching(records, cl.treat)]
+        else:
+            base = {key(r): r[cl.metric] for r in matching(records, cl.base)}
+            pts = [(r.get(cl.slope), (b - r[cl.metric]) if cl.lower_is_better else (r[cl.metric] - b))
+                   for r in matching(records, cl.treat) if ok(b := base.get(key(r))) and ok(r.get(cl.metric))]
+        pts = [(math.log10(x) if cl.log_x else x, y) for x, y in pts if x is not None and ok(y)
+               and (x > 0 or not cl.log_x)]
+        if len(pts) < 3:
+            return []
+        r = stats.linregress([x for x, _ in pts], [y for _, y in pts])
+        clear = r.pvalue < 0.05 and len(pts) >= 4
+        return [(r.pvalue, len(pts), "no clear difference" if not clear else
+                 "reproduces" if (r.slope > 0) != cl.falls else "opposite")]
+    treats = cl.treat if isinstance(cl.treat, list) else [cl.treat]
+    bases = cl.base if isinstance(cl.base, list) else [cl.base or {}] * len(treats)
+    out = []
+    for t, b in zip(treats, bases):
+        T, B = matching(records, t), matching(records, b)
+        values = [None] if cl.cells is None else sorted({r.get(cl.cells) for r in T} & {r.get(cl.cells) for r in B},
+                                                        key=lambda v: (isinstance(v, str), v))
+        for v in values:
+            if cl.only is not None and v not in cl.only:
+                continue
+            ts = [r for r in T if cl.cells is None or r.get(cl.cells) == v]
+            bs = [r for r in B if cl.cells is None or r.get(cl.cells) == v]
+            if not ts or not bs:
+                continue
+            tk = {tuple(r.get(k) for k in cl.pair_by): r.get(cl.metric) for r in ts}
+            bk = {tuple(r.get(k) for k in cl.pair_by): r.get(cl.metric) for r in bs}
+            shared = [k for k in tk if k in bk]
+            if len(shared) >= 2 and len(tk) == len(ts) and len(bk) == len(bs):
+                pairs = [(tk[k], bk[k]) for k in shared if ok(tk[k]) and ok(bk[k])]
+                x, y = [a for a, _ in pairs], [c for _, c in pairs]
+                d = [a - c for a, c in pairs]
+                p = stats.ttest_rel(x, y).pvalue if len(d) >= 2 and max(d) - min(d) > 1e-12 * max(1, abs(sum(d))) \
+                    else None
+                n, n_min = len(d), len(d)
+            else:
+                x, y = [r[cl.metric] for r in ts if ok(r.get(cl.metric))], [r[cl.metric] for r in bs
+                                                                             if ok(r.get(cl.metric))]
+                spread = len(set(x)) > 1 or len(set(y)) > 1
+                p = stats.ttest_ind(x, y, equal_var=False).pvalue if min(len(x), len(y)) >= 2 and spread else None
+                n, n_min = [len(x), len(y)], min(len(x), len(y))
+            p = p if p is not None and math.isfinite(p) else None
+            clear = p is not None and p < 0.05 and n_min >= 3
+            better = (sum(x) / len(x) < sum(y) / len(y)) == cl.lower_is_better if x and y else None
+            out.append((p, n, "no clear difference" if not clear else
+                        "reproduces" if better == (v not in cl.worse_in) else "opposite"))
+    return out
+
+
+def combined(vs):
+    vs = {v for v in vs if v != "not measured"}
+    if len(vs) <= 1:
+        return vs.pop() if vs else "not measured"
+    return "partly" if vs & {"reproduces", "partly"} else "opposite" if "opposite" in vs else "no clear difference"
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_verdicts_are_the_claim_table_read_by_the_rule(name):
+    rep = json.loads((RESULTS / name / "report.json").read_text())
+    mod = paper_claims(name)
+    records = mod.records(rep)
+    assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in mod.CLAIMS]
+    for cl, v in zip(mod.CLAIMS, rep["verdicts"]):
+        expect = expected_cells(cl, records)
+        got = [(c["p"], c["n"], c["verdict"]) for c in v["cells"]]
+        assert len(got) == len(expect), (cl.claim, got, expect)
+        for (p, n, verdict), (ep, en, ev) in zip(got, expect):
+            assert (p is None) == (ep is None) and (p is None or p == pytest.approx(ep, rel=1e-9)), (cl.claim, p, ep)
+            assert n == en and verdict == ev, (cl.claim, n, en, verdict, ev)
+        assert v["verdict"] == combined([e[2] for e in expect]), cl.claim
+        assert v["paper"] == cl.paper
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_what_results_py_reads_is_there(name):
+    rep = json.loads((RESULTS / name / "report.json").read_text())
+    assert set(rep["source"]) == {"arxiv", "title"} and rep["regime"]
+    assert rep["figures"] and all((RESULTS / name / f).exists() for f in rep["figures"])
+    for v in rep["verdicts"]:
+        assert set(v) >= {"claim", "paper", "ours", "test", "verdict"} and v["verdict"] in VERDICTS
+    p = rep["provenance"]
+    assert set(p) >= {"commit", "command", "hardware", "wall_seconds"} and len(p["commit"]) == 40
+    assert p["command"].split()[:2] == ["python", f"experiments/{name.split('-')[0]}.py"]
