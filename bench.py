@@ -734,7 +734,7 @@ def loss_curves(steps, out):
 
 
 def main(argv=None):
-    from flags import ArgumentParser
+    from data.common import ArgumentParser
     p = ArgumentParser(description="Time full training steps of our GPT against the standard "
                                    "full-logits formulation, in one process.")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {list(SHAPES)}")

@@ -10,15 +10,8 @@ import argparse
 import data
 import prores
 import transfer
+from data.common import ArgumentParser  # (experiments/ and results.py import it from here too)
 from model import DROPOUT_AT, INITS, NORMS
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr (the problem, then where to read more),
-    exit status 2, instead of a usage block; shared by every entry point of the project."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _curriculum_and_data_flags(p):

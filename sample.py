@@ -16,8 +16,7 @@ import torch
 import diffusion
 import checkpoint
 from checkpoint import read_checkpoint
-from data.common import UserError
-from flags import ArgumentParser
+from data.common import ArgumentParser, UserError
 
 
 def load_model(path, device="cpu", flag="checkpoint"):

@@ -76,8 +76,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from data.common import UserError
-from flags import ArgumentParser
+from data.common import ArgumentParser, UserError
 
 # -----------------------------------------------------------------------------
 # The laws, as the module docstring writes them (numpy, natural parameters)

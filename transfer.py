@@ -201,8 +201,7 @@ def write_merged(path, ck):
 
 
 def main(argv=None):
-    from data.common import UserError
-    from flags import ArgumentParser  # flags imports this module: import it here, not at the top
+    from data.common import ArgumentParser, UserError
     p = ArgumentParser(prog="transfer.py", description="Weight surgery on train.py checkpoints.")
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("merge", help="take each parameter group from a chosen checkpoint "

