@@ -21,8 +21,6 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from lm_loss import linear_cross_entropy
-
 NORMS = ("pre", "post", "sandwich", "deepnorm", "lns", "lns-init")
 INITS = ("gpt2", "plain", "deepnet")
 # where --dropout applies. all: GPT-2 / nanoGPT's sites, the embeddings' sum, the attention
@@ -315,6 +313,9 @@ class GPT(nn.Module):
         h = self.transformer.ln_f(h)
         if self.config.loss_impl == "standard":
             return None, standard_cross_entropy(h, self.lm_head.weight, t, row_weight=weight)
+        # imported here, not at the top: lm_loss imports torch._dynamo (its torch.compiler.disable),
+        # over a second that `train.py --help` and the modules reading this one's constants need not pay
+        from lm_loss import linear_cross_entropy
         dtype = getattr(torch, self.config.head_dtype) if self.config.head_dtype else None
         return None, linear_cross_entropy(h, self.lm_head.weight, t, row_weight=weight, dtype=dtype)
 
