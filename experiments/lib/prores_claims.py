@@ -1,7 +1,7 @@
 """
 ProRes' claims as data (Chen et al., "Progressive Residual Warmup for Language Model Pretraining",
-arXiv 2603.05369: sec. 4 for the loss at every size and placement, sec. 5 for depth, spikes and
-activation norms), read by experiments/lib/claims.py from the flat records of records(report).
+arXiv 2603.05369; the depth claims: its sec. 4.4 and Figure 1), read by experiments/lib/claims.py from
+the flat records of records(report).
 
 A run's record: norm, arm ("baseline" / "ProRes"), depth, seed and its numbers (val_loss, loss_spikes,
 grad_spikes, max_grad_norm_after_warmup, growth_b: the slope b of log RMS = a + b l over the blocks of
@@ -10,8 +10,10 @@ batches (train.py draws them from the seed), so every comparison is paired by se
 The depth claims read two things: does the baseline degrade with depth (each seed's baseline at depth L
 against the same seed's baseline at the shallowest depth L0: derived records of arm "baseline at L0"),
 and, where it clearly does (`degrades`, set on both arms' records at that depth by the same rule), is
-ProRes better than the baseline there. Our LayerNorm models follow the authors' configs
-(dandingsky/ProRes, peft_pretraining/modeling_llama.py: the placements, :274-313; the init, :539-554).
+ProRes better than the baseline there. The arms follow the authors' code (dandingsky/ProRes): plain
+N(0, 0.02) init, DeepNet's for the DeepNorm baseline (peft_pretraining/modeling_llama.py:539-554), LNS
+as their `lns` (`lns-init` here: norm weights from 1/sqrt(l), modeling_llama.py:289-293, 308-313), the ramp
+(torchrun_main.py:362-385).
 """
 
 from experiments.lib.claims import Claim, compare

@@ -246,9 +246,9 @@ def render(records, out):
     if a.scan:
         lines += [f"## The scan of the baselines (seed 0, {a.scan_iters} steps)", "",
                   "Final val loss; [loss spikes/gradient spikes].", ""] + scan_table(a, srecs) + [""]
-    lines += ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
-        f"- measured: lr {lr:g}, depths {', '.join(map(str, depths))}", "",
-        "## Every condition (mean ± std over seeds)", ""] + runs_table(recs) + [""]
+        lines += ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
+            f"- measured: lr {lr:g}, depths {', '.join(map(str, depths))}", ""]
+    lines += ["## Every condition (mean ± std over seeds)", ""] + runs_table(recs) + [""]
     figures = plot(a, srecs, recs, depths)
     lines += ["Figures: " + ", ".join(f"`{f}` ({FIGURES[f]})" for f in figures) + ". Every run's numbers: "
               "`report.json`." + (" --quick is a smoke test of the pipeline, not of the claims." if a.quick else ""), ""]
