@@ -1,72 +1,43 @@
-"""
-The ladder report's look and listen at the music stage: a real piece and one sampled from a music
-checkpoint, side by side as piano rolls (pitch against time, velocity as shade; sample.write_piano_roll)
-and as two playable .mid files beside the figure, and how many training chunks the music corpus holds
-(N and 3N are scaled to it).
-arXiv 2604.21265 ("Listen and Chant Before You Read"): stage 1 trains on MIDI performances in a
-160-token event vocabulary; the paper's volume contrast is 12k vs 36k chunks of MAESTRO.
-
-    n = train_chunks(a)                                    # chunks of block_size + 1 tokens
-    real_and_sampled(a, checkpoint, out / "music.png")     # the figure + music-real.mid, music-sampled.mid
-"""
-
-MIDI_FILES = ("music-real.mid", "music-sampled.mid")  # beside the figure: the two pieces, to listen to
+"""The ladder's music stage (arXiv 2604.21265: MIDI performances, a 160-token event vocabulary): its corpus,
+and a real piece beside one sampled from a music checkpoint, as piano rolls and as two playable .mid files."""
 
 from data.common import UserError
 
+MIDI_FILES = ("music-real.mid", "music-sampled.mid")
 
-def music_corpus(a):
+
+def music_corpus(a, stage=None):
     import data
+    stage = stage or a.music_stage
     try:
-        return data.load(a.music_stage, music_dir=a.music_dir, synthetic_tokens=a.synthetic_tokens,
+        return data.load(stage, music_dir=a.music_dir, synthetic_tokens=a.synthetic_tokens,
                          block_size=a.block_size, seed=a.data_seed)
     except (FileNotFoundError, ValueError) as e:
-        raise UserError(f"stage {a.music_stage!r}: {e}") from None
-
-
-def train_chunks(a):
-    """Training chunks of block_size + 1 tokens in the real music stage (3N must fit in them)."""
-    return len(music_corpus(a).train) // (a.block_size + 1)
-
-
-def real_piece(val, tokens):
-    """The first `tokens` tokens of the validation stream from its first piece start (BOS)."""
-    from data.midi import BOS
-    starts = [i for i, t in enumerate(val[: 50 * tokens]) if int(t) == BOS]
-    first = starts[0] if starts else 0
-    return [int(t) for t in val[first:first + tokens]]
-
-
-def sampled_piece(checkpoint, tokens, seed=0):
-    """`tokens` tokens sampled from a music checkpoint from BOS (temperature 0.8, top-k 200, as sample.py)."""
-    import torch
-    import sample
-    from data.midi import BOS
-    model, ck = sample.load_model(checkpoint)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        row = sample.generate(model, ck, [BOS], tokens, 1, 0.8, 200, gen, None)[0]
-    return row.tolist()
+        raise UserError(f"stage {stage!r}: {e}") from None
 
 
 def real_and_sampled(a, checkpoint, path, tokens=512):
-    """Write PATH: the real piece (left) and a sample of the checkpoint (right), each its first `tokens`
-    tokens decoded to notes (data.midi.tokens_to_notes), and beside it MIDI_FILES, the same two pieces
-    as playable .mid files. Returns PATH, or None without the checkpoint."""
+    """Write PATH: the first `tokens` tokens of the validation stream from its first piece start (left)
+    and as many sampled from the checkpoint from BOS (right; temperature 0.8, top-k 200, as sample.py),
+    each decoded to notes, and beside it MIDI_FILES. Returns PATH, or None without the checkpoint."""
     import os
     from pathlib import Path
+    import torch
     import sample
-    from data.midi import notes_to_midi, tokens_to_notes
+    from data.midi import BOS, notes_to_midi, tokens_to_notes
     from experiments.lib import common
     if not Path(checkpoint).exists():
         return None
-    real = tokens_to_notes(real_piece(music_corpus(a).val, tokens))
-    fake = tokens_to_notes(sampled_piece(checkpoint, tokens))
+    val = music_corpus(a).val
+    first = next((i for i, t in enumerate(val[: 50 * tokens]) if int(t) == BOS), 0)
+    model, ck = sample.load_model(checkpoint)
+    with torch.no_grad():
+        row = sample.generate(model, ck, [BOS], tokens, 1, 0.8, 200, torch.Generator().manual_seed(0), None)[0]
+    real, fake = (tokens_to_notes(x) for x in ([int(t) for t in val[first:first + tokens]], row.tolist()))
     for name, notes in zip(MIDI_FILES, (real, fake)):
-        target = Path(path).with_name(name)
-        tmp = target.with_name(f".{name}.tmp")
+        tmp = Path(path).with_name(f".{name}.tmp")
         notes_to_midi(notes).save(tmp)
-        os.replace(tmp, target)
+        os.replace(tmp, Path(path).with_name(name))
     plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), sharey=True)
     sample.write_piano_roll(real, None, f"real ({a.music_stage}, validation): {len(real)} notes", ax=axes[0])
