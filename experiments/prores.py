@@ -3,7 +3,7 @@ ProRes at depth: Pre-LN and Post-LN (and other placements) with and without prog
 Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alpha(l, t) = min(t / (T l), 1)
 (prores.py, train.py --prores), which should lower the loss and keep deep models stable where Pre-LN degrades.
 
-    python experiments/prores.py                    # preset breakdown: pre/post x {baseline, ProRes}, L 8/48/96, 3 seeds
+    python experiments/prores.py                    # breakdown: pre/post x {base, ProRes}, L 8/48/96, 3 seeds
     python experiments/prores.py --plan             # its runs and estimated time; trains nothing
     python experiments/prores.py --quick            # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --preset depth     # an lr x depth scan of the baselines, then 5 placements there
@@ -39,7 +39,8 @@ from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
 from data.common import UserError  # noqa: E402
 from experiments.lib import prores_report as rep  # noqa: E402
-from experiments.lib.common import Provenance, add_sweep_args, is_finished, main_guard, pace_line, run_sweep  # noqa: E402
+from experiments.lib.common import (Provenance, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
+                                    run_sweep)
 from experiments.lib.prores_runs import measure_runs, scan_runs  # noqa: E402
 import model  # noqa: E402
 
@@ -51,9 +52,9 @@ COMMON = dict(stage="music", n_embd=32, n_head=4, batch_size=16, block_size=64, 
 PRESETS = {  # "quick": the entries --quick replaces
     "breakdown": dict(COMMON, lr=4e-3, depths=[8, 48, 96], norms=["pre", "post"], iters=1000, seeds=3, evals=10,
                       quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
-    "depth": dict(COMMON, scan=True, lr="auto", depths="auto", norms=["pre", "post", "sandwich", "deepnorm", "lns-init"],
-                  iters=200, seeds=3, evals=4, quick=dict(iters=60, scan_lrs=[2e-3, 8e-3], scan_depths=[4, 16],
-                                                          seeds=1, eval_iters=4, evals=2)),
+    "depth": dict(COMMON, scan=True, lr="auto", depths="auto", iters=200,
+                  norms=["pre", "post", "sandwich", "deepnorm", "lns-init"], seeds=3, evals=4,
+                  quick=dict(iters=60, scan_lrs=[2e-3, 8e-3], scan_depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
 }
 MS_PER_LAYER_STEP, START_S = 7.0, 4.0  # CPU time of a 1-thread run of width 32 (2-core EPYC), +-30%
 
@@ -132,7 +133,8 @@ def choose(a, scan):
             else:
                 lines.append(f"{name}: no depth above L={L0}'s loss by more than the {a.margin:g} margin")
         if hits:
-            return lr, sorted(set(hits)), lines + [f"chosen: lr* = {lr:g}, L* = {', '.join(map(str, sorted(set(hits))))}"]
+            hits = sorted(set(hits))
+            return lr, hits, lines + [f"chosen: lr* = {lr:g}, L* = {', '.join(map(str, hits))}"]
     return max(a.scan_lrs), [a.scan_depths[-1]], lines + [
         f"no baseline in trouble with depth at any lr >= {a.auto_min_lr:g}: the largest scan lr and depth"]
 
@@ -142,7 +144,8 @@ def measurement_point(a, scan):
     if "auto" not in (a.lr, a.depths):
         return a.lr, a.depths, []
     lr, ds, lines = choose(a, [r for r in scan if r])
-    return (lr if a.lr == "auto" else a.lr), (sorted({a.scan_depths[0], *ds}) if a.depths == "auto" else a.depths), lines
+    return (lr if a.lr == "auto" else a.lr), (sorted({a.scan_depths[0], *ds}) if a.depths == "auto" else a.depths), \
+        lines
 
 
 def cpu_s(run):

@@ -339,5 +339,6 @@ def plot(a, srecs, recs, depths):
             ax.set_xticks(a.scan_depths, [str(d) for d in a.scan_depths], minor=False)
             ax.set_title(f"{label(n, False)} (diverged runs left out)")
             ax.set_xlabel("layers")
-        drawn.append(panels(plt, 1, len(a.scan_norms), "scan.png", a.out, scan, [f"final val loss, {a.scan_iters} steps"]))
+        drawn.append(panels(plt, 1, len(a.scan_norms), "scan.png", a.out, scan,
+                            [f"final val loss, {a.scan_iters} steps"]))
     return drawn

@@ -57,4 +57,5 @@ def scan_runs(a):
 def measure_runs(a, lr, depths):
     """The measurement: seed-major (a partial sweep covers every cell early), deepest first within a seed."""
     return [make_run(a, "measure", norm, pr, d, lr, seed, a.iters)
-            for seed in range(a.seeds) for d in sorted(depths, reverse=True) for norm in a.norms for pr in (False, True)]
+            for seed in range(a.seeds) for d in sorted(depths, reverse=True) for norm in a.norms
+            for pr in (False, True)]
