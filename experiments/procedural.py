@@ -3,7 +3,7 @@ Procedural pre-training: a warm-up on algorithmic data before an algorithmic tas
 Jiang, Shinnick et al., arXiv 2601.21725 (Dyck pre-training lifts HAYSTACK from 10% to 98% accuracy).
 
     python experiments/procedural.py --plan           # the runs and an estimate; trains nothing
-    python experiments/procedural.py --quick          # a smoke version (5 tiny runs, about a minute)
+    python experiments/procedural.py --quick          # a smoke version (5 tiny runs, a minute or two)
     python experiments/procedural.py                  # the default: HAYSTACK at the authors' budget
     python experiments/procedural.py --report-only    # report.md/json and the PNGs from finished runs
     python experiments/procedural.py --report-only --out experiments/results/procedural   # from report.json
@@ -40,9 +40,9 @@ from experiments.lib import procedural_authors as pa  # noqa: E402
 from data.common import UserError  # noqa: E402
 
 # preset -> flag defaults (the default; --quick)
-PRESETS = {"default": dict(kinds="dyck", controls="dyck", tasks="haystack", transfers="full", seeds=3,
+PRESETS = {"default": dict(kinds="dyck", tasks="haystack", transfers="full", seeds=3,
                            records=pa.RECORDS, eval_records=500_000, task_test=4000, merges="none"),
-           "quick": dict(kinds="dyck", controls="dyck", tasks="haystack", transfers="full", seeds=1,
+           "quick": dict(kinds="dyck", tasks="haystack", transfers="full", seeds=1,
                          records=30_000, eval_records=10_000, task_test=1000, merges="none",
                          pretrain_steps=20, pretrain_rows=32)}
 # row-positions (steps x rows x context) a second of one 1-thread run of a 2_4_16 model on one core of the
@@ -83,6 +83,7 @@ def parse_args(argv=None):
     for k, v in PRESETS["quick" if a.quick else "default"].items():
         if getattr(a, k, None) is None:
             setattr(a, k, v)
+    a.controls = a.kinds if a.controls is None else a.controls
     a.kinds, a.controls, a.tasks, a.transfers = map(csv, (a.kinds, a.controls, a.tasks, a.transfers))
     row_names = pa.rows(a)
     a.split_kinds = ([k for k in ("dyck", "set") if k in row_names] if a.split_kinds is None else
