@@ -7,9 +7,9 @@ task: Dyck lifts HAYSTACK from 10% to 98%; the shuffled controls), its partial t
 against MLP-only) and weight merging, and its semantic regimes (additive, substitutive). The diagnostics
 follow the authors' code, github.com/zlshinnick/procedural-pretraining: downstream/algorithmic_tasks/
 experiment_stream.py and task_*.py (their token-level accuracy: compute_metrics, the positions whose input
-is an answer token), downstream/utils.py (the transfer modes). A claim reads the records both of its arms
-have: the default's report (HAYSTACK: none, dyck, dyck-shuffled) measures two, the table preset's archive
-(experiments/results/procedural-table) all; the rest are "not measured".
+is an answer token), downstream/utils.py (the transfer modes). A claim is read where a report has both of
+its arms, else "not measured": the default's report (HAYSTACK: none, dyck, dyck-shuffled) reads two, the
+table preset's archive (experiments/results/procedural-table) all nine.
 
 Every condition at one seed sees the same task batches (train.py draws each step's batch from [seed, stage,
 step] and the test records from --data-seed alone), so the arms pair by seed (the claims' default pair_by).
