@@ -1,25 +1,22 @@
 """
 What every experiment script shares: running a sweep of train.py runs (each in its own folder,
 skipped when finished, resumed when interrupted, optionally several at once), reading their
-results back, the statistics and the facts a report states (hardware, time).
+results back, and what a report states beside its numbers (provenance: code, command, hardware,
+time). The statistics and the reading rule: experiments/lib/claims.py.
 
     runs = [Run("ladder-d32-s0", out / "runs" / "ladder-d32-s0", ["--stages", "music,prose", ...]), ...]
     run_sweep(runs, jobs=2)              # two runs at a time, one thread each
     s = read_summary(runs[0].folder)     # summary.json, or None if it has not finished
 
---jobs: on this 2-core CPU a small model gains little from a second thread (a d16 step ~1.35x),
-so two runs with one thread each finish a sweep sooner than one run at a time with two threads;
-`python bench.py --jobs` measures it (README, "Speed"). Each job is a fresh Python process
-(spawn), so runs never share state; a run's output goes to <folder>/log.txt when jobs > 1.
+Each job is a fresh Python process (spawn), so runs never share state; a run's output goes to
+<folder>/log.txt when jobs > 1 (`python bench.py --jobs`: why two 1-thread runs beat one 2-thread run).
 """
 
 import json
-import math
 import multiprocessing as mp
 import os
 import platform
 import signal
-import statistics
 import sys
 import time
 import traceback
@@ -46,12 +43,9 @@ class Run:
 def positive_int(value):
     """argparse type: a whole number > 0 (the error is the parser's one line)."""
     import argparse
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {n}")
+    n = int(value) if value.strip().lstrip("+-").isdigit() else None
+    if n is None or n <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive (a whole number > 0), got {value!r}")
     return n
 
 
@@ -83,9 +77,8 @@ def read_summary(folder):
 
 
 def pace_line(runs, estimate, todo_s, jobs):
-    """The plans' estimate measured on this machine: the finished runs of `runs` (summary.json's
-    `seconds`, each run's wall time beside the sweep's other jobs) against estimate(run) -> CPU
-    seconds, and the todo_s CPU seconds still to run scaled by that ratio; '' before any finished."""
+    """The plans' estimate measured on this machine: the finished runs' seconds against estimate(run),
+    and the todo_s CPU seconds still to run scaled by that ratio; '' before any run finished."""
     done = [r for r in runs if (Path(r.folder) / "summary.json").exists()]
     measured, est = sum(read_summary(r.folder)["seconds"] for r in done), sum(estimate(r) for r in done)
     if not done or est <= 0:
@@ -96,8 +89,7 @@ def pace_line(runs, estimate, todo_s, jobs):
 
 
 def read_events(folder, event=None):
-    """The events of metrics.jsonl (optionally only one kind), the last record of each
-    (stage_index, iter, event): a resumed run logs some steps twice."""
+    """The events of metrics.jsonl (optionally one kind), the last of each (stage, iter, event): resumed runs repeat."""
     path = Path(folder) / "metrics.jsonl"
     if not path.exists():
         return []
@@ -146,10 +138,8 @@ def _worker(argv, folder, threads):
 
 
 class TermAsCtrlC:
-    """`kill PID` (SIGTERM to the sweep alone) stops it as a terminal's Ctrl-C does: SIGINT to every
-    worker of `pool` (each saves a checkpoint) and to the sweep itself, which then starts no queued run
-    and waits for the runs in flight. Without it the sweep dies at once and its workers train on,
-    orphaned, where a rerun would train the same runs into the same folders beside them."""
+    """`kill PID` stops a sweep as Ctrl-C does: SIGINT to every worker of `pool` (each saves a checkpoint)
+    and to the sweep, which starts no queued run (else its workers would train on, orphaned)."""
 
     def __init__(self):
         self.pool, self._old = None, None
@@ -226,159 +216,17 @@ def _run_sweep(runs, jobs, threads, term):
 
 
 # ---------------------------------------------------------------------------------------------
-# statistics and report facts
-
-def mean_std(xs):
-    """(mean, sample std, n) of the finite values; std 0 for n = 1; (nan, nan, 0) for none."""
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    if not xs:
-        return float("nan"), float("nan"), 0
-    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
-
-
-def fmt_mean_std(xs, fmt="{:.3f}"):
-    m, s, n = mean_std(xs)
-    if n == 0:
-        return "-"
-    return fmt.format(m) if n == 1 else f"{fmt.format(m)} ± {fmt.replace('+', '').format(s)}"  # a spread has no sign
-
-
-def welch_p(a, b):
-    """Two-sided p-value of Welch's t-test (scipy.stats.ttest_ind, equal_var=False); None when
-    either side has fewer than 2 values or both have no spread."""
-    from scipy import stats
-    a = [x for x in a if x is not None and math.isfinite(x)]
-    b = [x for x in b if x is not None and math.isfinite(x)]
-    if len(a) < 2 or len(b) < 2 or (statistics.pstdev(a) == 0 and statistics.pstdev(b) == 0):
-        return None
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-
-
-# ---------------------------------------------------------------------------------------------
-# the reading rule: when a report may call a difference an effect
-
-ALPHA = 0.05   # Welch's two-sided p must be below this ...
-MIN_N = 3      # ... with at least this many runs on each side
-
-
-def fmt_p(p):
-    """A p-value as the reports print it: 'p = 0.003', 'p < 0.001', or 'p = n/a' (no test)."""
-    if p is None or not math.isfinite(p):
-        return "p = n/a"
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.1 else f"p = {p:.2f}"
-
-
-def compare(treat, base, higher_is_better=False):
-    """The one reading rule every report uses: treat against base by Welch's t-test.
-
-    Returns {"diff": mean(treat) - mean(base), "p", "n": [n_treat, n_base], "clear", "better"}:
-    `clear` only when p < ALPHA with at least MIN_N finite runs on each side (n = 2 is not a
-    test, however far apart the means are); `better` is True / False for a clear difference in
-    the good / bad direction (lower is better unless higher_is_better), None otherwise."""
-    a = [x for x in treat if x is not None and math.isfinite(x)]
-    b = [x for x in base if x is not None and math.isfinite(x)]
-    diff = statistics.mean(a) - statistics.mean(b) if a and b else float("nan")
-    p = welch_p(a, b)
-    clear = p is not None and p < ALPHA and len(a) >= MIN_N and len(b) >= MIN_N
-    better = None if not clear else (diff > 0) == higher_is_better
-    return {"diff": diff, "p": p, "n": [len(a), len(b)], "clear": clear, "better": better}
-
-
-def slope_test(x, y):
-    """Least-squares slope of y on x with its own test (scipy.stats.linregress: two-sided p of
-    slope = 0, and the slope's standard error). `clear` when p < ALPHA with at least MIN_N + 1
-    points (a line through 3 points has one degree of freedom)."""
-    from scipy import stats
-    pts = [(float(u), float(v)) for u, v in zip(x, y) if v is not None and math.isfinite(v)]
-    if len(pts) < 3 or len({u for u, _ in pts}) < 2:
-        return {"slope": float("nan"), "stderr": float("nan"), "p": None, "n": len(pts), "clear": False}
-    r = stats.linregress([u for u, _ in pts], [v for _, v in pts])
-    p = float(r.pvalue) if math.isfinite(r.pvalue) else None
-    return {"slope": float(r.slope), "stderr": float(r.stderr), "p": p, "n": len(pts),
-            "clear": p is not None and p < ALPHA and len(pts) >= MIN_N + 1}
-
-
-def paired(treat, base, higher_is_better=False):
-    """treat[i] against base[i] where the runs pair up (by seed: the same initial weights and
-    batches; or by cell): the two-sided paired t-test (scipy.stats.ttest_rel) of treat - base,
-    read by the same rule as compare: `clear` only at p < ALPHA with at least MIN_N pairs.
-    Returns compare's keys, with n = the number of pairs."""
-    from scipy import stats
-    pairs = [(float(t), float(b)) for t, b in zip(treat, base)
-             if t is not None and b is not None and math.isfinite(t) and math.isfinite(b)]
-    d = [t - b for t, b in pairs]
-    diff = statistics.mean(d) if d else float("nan")
-    p = None
-    if len(d) >= 2 and statistics.pstdev(d) > 1e-12 * max(1.0, abs(diff)):  # differences without spread: no test
-        p = float(stats.ttest_rel([t for t, _ in pairs], [b for _, b in pairs]).pvalue)
-        p = p if math.isfinite(p) else None
-    clear = p is not None and p < ALPHA and len(d) >= MIN_N
-    return {"diff": diff, "p": p, "n": len(d), "clear": clear,
-            "better": None if not clear else (diff > 0) == higher_is_better}
-
-
-def fmt_n(c):
-    n = c["n"]
-    return f"n = {n[0]}/{n[1]}" if isinstance(n, (list, tuple)) else f"n = {n}"
-
-
-def reading(c, better_word, worse_word, amount=""):
-    """The sentence a comparison (compare / slope_test) allows: '<better_word> <amount> (p, n)'
-    or '<worse_word> ...' for a clear difference, else 'no clear difference (p, n)'. Every
-    report phrase that calls something an effect goes through here."""
-    test = f"({fmt_p(c['p'])}, {fmt_n(c)})"
-    if not c["clear"]:
-        return f"no clear difference {test}"
-    good = c["better"] if "better" in c else c["slope"] > 0
-    return f"{better_word if good else worse_word}{' ' + amount if amount else ''} {test}"
-
-
-# verdicts of a paper's claim (RESULTS.md): a claim reproduces only on a clear difference in the
-# paper's direction; the opposite is a clear difference the other way
-VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not measured")
-
-
-def verdict_of(c, paper_direction_better=True):
-    """The verdict a comparison gives a claim that says treat is better (or, with
-    paper_direction_better=False, worse) than base."""
-    if not c["clear"]:
-        return "no clear difference"
-    return "reproduces" if c["better"] == paper_direction_better else "opposite"
-
-
-COMBINED_RULE = ("A claim made for several cells is \"partly\" when some cells reproduce it and others do not, and "
-                 "\"opposite\" when none does and some go clearly against it; `ours` names the cells.")
-
-
-def combined_verdict(verdicts):
-    """One verdict of a claim from its cells' verdicts (cells not measured left out): theirs
-    when they agree; "partly" when some cells reproduce and others do not; "opposite" when none
-    reproduces and some go clearly against the paper; "no clear difference" otherwise. The
-    entry's `ours` names the cells."""
-    vs = {v for v in verdicts if v != "not measured"}
-    if not vs:
-        return "not measured"
-    if len(vs) == 1:
-        return vs.pop()
-    if "reproduces" in vs or "partly" in vs:
-        return "partly"
-    return "opposite" if "opposite" in vs else "no clear difference"
-
-
-# ---------------------------------------------------------------------------------------------
 # provenance: which code, command and machine made a report, and how long it took
 
 def hardware_info():
     """What a report's times were measured on: CPU model, cores, threads, torch, Python, GPU."""
     import torch
-    cpu = platform.processor() or "CPU"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                 if ln.startswith("model name")]
     except OSError:
-        pass
+        names = []
+    cpu = names[0] if names else platform.processor() or "CPU"
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "gpu": gpu}
@@ -392,8 +240,7 @@ def hardware(info=None):
 
 
 def git_state():
-    """(commit, dirty) of the repository the experiment runs from; dirty ignores untracked
-    files (out/ folders, caches); (None, None) outside a git checkout."""
+    """(commit, dirty: untracked files aside) of the checkout; (None, None) outside a git checkout."""
     import subprocess
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -406,20 +253,11 @@ def git_state():
 
 
 class Provenance:
-    """Records one invocation of an experiment in OUT/provenance.json, appended to those before
-    it (a sweep interrupted at a session's end and resumed is several invocations):
-
-        prov = Provenance(out)      # at the start of main(): commit, dirty, command, hardware
-        ...                         # train, evaluate
-        prov.finish(runs_trained=n) # wall and CPU seconds of this invocation (workers included)
-        report["provenance"] = prov.summary()
-
-    An invocation stopped before finish() (Ctrl-C, an error) is recorded too, by main_guard
-    through Provenance.active (see stop()): its time, `stopped` (why), and as runs_trained the
-    runs that finished under OUT since it started (their summary.json or diverged.json is newer).
-
-    summary(): the latest training invocation's commit, dirty, command and hardware; wall and
-    CPU seconds summed over every invocation; and the invocations themselves."""
+    """One invocation of an experiment in OUT/provenance.json, appended to those before it (a sweep
+    resumed over several sessions is several invocations): Provenance(out) at the start of main()
+    (commit, dirty, command, hardware), finish(runs_trained=n) at its end (wall and CPU seconds,
+    workers included); one stopped by Ctrl-C or an error is recorded by main_guard (stop()).
+    summary(): the latest invocation's commit, command and hardware, times summed over all."""
 
     active = None  # the invocation in progress (started, not finished), for main_guard
 
@@ -445,8 +283,7 @@ class Provenance:
         return json.loads(self.path.read_text()) if self.path.exists() else []
 
     def finish(self, runs_trained, stopped=None):
-        """Append this invocation (if it trained anything, or was stopped: its time was spent
-        all the same, and its interrupted runs resume from their checkpoints); return summary()."""
+        """Append this invocation if it trained anything or was stopped; return summary()."""
         Provenance.active = None
         if runs_trained or stopped:
             self.entry.update(wall_seconds=time.time() - self._t0, cpu_seconds=self._cpu() - self._cpu0,
@@ -456,9 +293,8 @@ class Provenance:
         return self.summary()
 
     def stop(self, why):
-        """Append this invocation, stopped before finish() (main_guard calls it), unless it
-        finished nothing within its first minute (a wrong start is not a record): runs_trained
-        counts the runs that finished under OUT since it started."""
+        """Append this invocation, stopped before finish(), with the runs finished under OUT since it
+        started, unless it finished nothing within its first minute (a wrong start is not a record)."""
         done = sum(1 for name in ("summary.json", "diverged.json") for f in self.out.rglob(name)
                    if f.stat().st_mtime >= self._t0)
         if done or time.time() - self._t0 >= 60:
@@ -483,9 +319,8 @@ def summarize_provenance(entries):
 
 
 def kept_provenance(out):
-    """The provenance of a report rebuilt without training: OUT/provenance.json summed over its
-    invocations, else the one an existing OUT/report.json keeps (the committed runs'
-    reconstructed one), else None; never the rebuild's own time or machine."""
+    """The provenance of a report rebuilt without training: OUT/provenance.json, else the one OUT/report.json
+    keeps, else None; never the rebuild's own time or machine."""
     out = Path(out)
     if (out / "provenance.json").exists():
         return summarize_provenance(json.loads((out / "provenance.json").read_text()))
@@ -513,15 +348,13 @@ def write_json(path, obj):
 
 
 def settings_json(a):
-    """An experiment's parsed flags as report.json keeps them: JSON values as they are, anything
-    else (a Path) as its string, private keys (_name) left out."""
+    """An experiment's parsed flags for report.json: JSON values as they are, others as strings, no _keys."""
     plain = (int, float, str, bool, list, tuple, dict, type(None))
     return {k: (v if isinstance(v, plain) else str(v)) for k, v in vars(a).items() if not k.startswith("_")}
 
 
 def write_report(out, text, *, source, regime, figures, verdicts, provenance, **rest):
-    """OUT/report.md (text) and OUT/report.json: first the keys results.py reads
-    (source, regime, figures, verdicts, provenance), then the report's own, in the order given."""
+    """OUT/report.md (text) and OUT/report.json: first the keys results.py reads, then the report's own."""
     write_text(Path(out) / "report.md", text)
     write_json(Path(out) / "report.json", {"source": source, "regime": regime, "figures": figures,
                                             "verdicts": verdicts, "provenance": provenance, **rest})
@@ -549,8 +382,7 @@ def pyplot():
 
 
 def main_guard(main):
-    """Run an experiment's main(); a UserError is one line on stderr and exit 2. An invocation
-    stopped by Ctrl-C or an error is recorded in its provenance (Provenance.stop)."""
+    """Run an experiment's main(): a UserError is one line on stderr and exit 2; a stopped invocation is recorded."""
     Provenance.active = None  # only an invocation this main() starts
     try:
         main()
