@@ -228,7 +228,7 @@ def val_loss(run):
 
 def seconds_of(a, runs):
     """Estimated training seconds (STEP_MS; N ~ 12 L d^2 + the untied head's 161 d)."""
-    shape = {s[0]: s[1:3] for s in a.sizes + (a.scan_sizes or [])}
+    shape = {s[0]: s[1:3] for s in a.sizes + (a.scan_sizes if a.scan else [])}
     return sum(math.ceil(float(r.argv[r.argv.index("--epochs") + 1]) * r.meta["U"] / (a.batch_size * a.block_size))
                * STEP_MS[r.meta["obj"]](12 * L * d * d + (0 if a.tie else 161 * d)) / 1000
                for r in unique(runs) for L, d in [shape[r.meta["size"]]])

@@ -60,7 +60,7 @@ def records(rep):
                 seed=r["seed"], wd=r["wd"], loss=r["loss"]) for r in runs]
     for m in AR_METHODS:  # the fan-out: one gap per (size, seed) run at both the smallest and largest U
         rs = [r for r in out if r["method"] == m]
-        if rs:
+        if len({r["U"] for r in rs}) > 1:
             at = lambda u: {(r["size"], r["seed"]): r for r in rs if r["U"] == u}  # noqa: E731
             lo, hi = at(min(r["U"] for r in rs)), at(max(r["U"] for r in rs))
             out += [dict(kind="fan_gap", method=m, size=k[0], seed=k[1], N=lo[k]["N"],
