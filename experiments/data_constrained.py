@@ -50,7 +50,7 @@ COMMON = dict(lrs="3e-3", weak_decay=0.1, warmup_frac=0.05, mir_lambda=0.4, mir_
               stage="music", laws=None, train_args="", batch_size=16, block_size=128, decays="0.1,0.4,0.8,1.6,3.2",
               sizes="L2d32,L3d48,L4d64,L4d96", sweep_budget=None, scan=False, scan_fallback=False,
               mdlm_strong_decay=None, mdlm_epochs=None, mdlm_budgets=0, grid_hours=None, scan_sizes=None, max_budget=None)
-# the authors' baseline (the default): the scan first, a grid it chooses, MDLM at the AR-tuned decay and at 3.2
+# the authors' baseline (the default): the scan picks sizes, budgets, epochs; MDLM at the AR-tuned decay and at 3.2
 AUTHORS = dict(COMMON, budgets="64000,128000,256000,512000", epochs=16, seeds=2, dropout=0.1, dropout_at="attn-out",
                tie=False, sweep_seeds=2, scan=True, scan_sizes="L2d32,L3d48,L4d64,L4d96,L6d128",
                scan_budgets="32000,64000,128000", scan_epochs="16,32", max_budget=512000, grid_hours=4.0,
