@@ -61,7 +61,7 @@ EARLIER = dict(COMMON, budgets="8000,16000,32000,64000", epochs=16, seeds=3, dro
 PRESETS = {"authors": (AUTHORS, dict(AUTHORS, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4,
                                      decays="0.1,1.6", block_size=64, scan_sizes="L1d16,L2d24,L2d32",
                                      scan_budgets="4000,8000", scan_epochs="4", max_budget=16000, mdlm_epochs=8,
-                                     mdlm_budgets=1, scan_fallback=True)),
+                                     mdlm_budgets=1, scan_fallback=True, grid_hours=0.25)),
            "earlier": (EARLIER, dict(EARLIER, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4, seeds=2,
                                      decays="0.1,1.6", block_size=64, sweep_budget=8000))}
 SCAN_RULES = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3, min_budgets=4)
