@@ -35,7 +35,8 @@ def lower_loss(norms, name):
 
 def degrades(norm, name):
     return Claim(f"Without ProRes, {name} degrades with depth",
-                 "Pre-LN degrades at depth (71M parameters, 24-120 layers)",
+                 "Pre-LN degrades at depth (71M parameters, 24-120 layers)" if norm == "pre" else
+                 f"not stated for {name} (the paper states it for Pre-LN)",
                  treat=arm(norm, False), base={"norm": norm, "arm": "baseline at L0"}, metric="val_loss",
                  lower_is_better=False, cells="depth", label="L = {}",
                  note="baseline's final val loss at L vs the same seed's at the shallowest depth")
