@@ -72,3 +72,33 @@ def test_front_tables_on_the_readme_and_on_the_results_page_unless_readme_only()
         for name, _ in results.PAPERS:
             assert f"| {name} row |" in readme
             assert (f"| {name} row |" in page) == on_page
+
+
+def experiment_files():
+    """`git ls-files 'experiments/*.py'` (every .py below experiments/; outside a checkout: the files there)."""
+    out = subprocess.run(["git", "ls-files", "experiments/*.py"], cwd=ROOT, capture_output=True, text=True).stdout
+    return [ROOT / f for f in out.split() if (ROOT / f).is_file()] or sorted((ROOT / "experiments").rglob("*.py"))
+
+
+def test_experiments_stay_small_and_their_docstrings_short():
+    """The experiments are the papers' tables, not a lab notebook: at most 4,000 lines in all, no file over
+    400, no script's docstring over 40 lines (times and history live in report.json and RESULTS.md)."""
+    lines = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in experiment_files()}
+    assert sum(lines.values()) <= 4000, sorted(lines.items(), key=lambda kv: -kv[1])
+    assert not {f: n for f, n in lines.items() if n > 400}
+    for p in (ROOT / "experiments").glob("*.py"):
+        doc = ast.get_docstring(ast.parse(p.read_text()), clean=False) or ""
+        assert len(doc.splitlines()) <= 40, f"{p.name}'s docstring has {len(doc.splitlines())} lines"
+
+
+def test_each_papers_claim_table_reads_without_running_anything():
+    """experiments/lib/<paper>_claims.py: data and a pure records(report); importing it loads no torch."""
+    names = sorted(p.stem for p in (ROOT / "experiments" / "lib").glob("*_claims.py"))
+    assert {"ladder_claims", "procedural_claims", "data_constrained_claims", "prores_claims"} <= set(names)
+    code = ("import sys; sys.path.insert(0, '.'); import importlib; from experiments.lib.claims import Claim\n"
+            f"for n in {names!r}:\n"
+            "    m = importlib.import_module('experiments.lib.' + n)\n"
+            "    assert m.CLAIMS and all(isinstance(c, Claim) for c in m.CLAIMS) and callable(m.records), n\n"
+            "assert 'torch' not in sys.modules and 'train' not in sys.modules, 'a claim table ran something'\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
