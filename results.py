@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from experiments.lib.claims import RULE, cell, counts, table  # noqa: E402
-from experiments.lib.common import provenance_line, write_text  # noqa: E402
+from experiments.lib.common import write_text  # noqa: E402
+from experiments.lib.provenance import provenance_line  # noqa: E402
 from flags import ArgumentParser  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results"

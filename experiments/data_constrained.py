@@ -37,7 +37,8 @@ from batches import keep_unique_tokens, load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep  # noqa: E402
 from experiments.lib import data_constrained_scan as sc  # noqa: E402
-from experiments.lib.common import (Provenance, Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
+from experiments.lib.provenance import Provenance  # noqa: E402
+from experiments.lib.common import (Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
                                     read_summary, run_sweep)
 from experiments.lib.evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import ArgumentParser, parse_args as train_parse_args  # noqa: E402

@@ -35,6 +35,7 @@ from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import common  # noqa: E402
+from experiments.lib.provenance import Provenance, kept_provenance  # noqa: E402
 from experiments.lib.common import Run, run_sweep  # noqa: E402
 
 # condition -> (pre-training run key or None, prose run key, --transfer of the prose run, prose budget)
@@ -336,9 +337,9 @@ def main(argv=None):
         runs = plan(a)
         a.out.mkdir(parents=True, exist_ok=True)
         if a.report_only:
-            provenance = common.kept_provenance(a.out)
+            provenance = kept_provenance(a.out)
         else:
-            prov = common.Provenance(a.out, argv)
+            prov = Provenance(a.out, argv)
             print_plan(a, runs)
             check_music_chunks(a, runs)
             provenance = prov.finish(runs_trained=run_waves(a, runs))

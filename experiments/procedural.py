@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
 from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
 from experiments.lib import common  # noqa: E402
+from experiments.lib.provenance import Provenance, kept_provenance  # noqa: E402
 from experiments.lib import procedural_authors as pa  # noqa: E402
 from data.common import UserError  # noqa: E402
 
@@ -159,8 +160,8 @@ def main(argv=None):
         text = report.rebuild(a.out)
     else:
         a.out.mkdir(parents=True, exist_ok=True)
-        provenance = (common.kept_provenance(a.out) if a.report_only else
-                      common.Provenance(a.out, argv).finish(runs_trained=pa.run_all(a)))
+        provenance = (kept_provenance(a.out) if a.report_only else
+                      Provenance(a.out, argv).finish(runs_trained=pa.run_all(a)))
         text = report.render(a, report.collect(a, runs), len(runs), a.out, provenance)
     print("\n" + text)
     print(f"\nwrote {a.out / 'report.md'}, report.json and the PNGs ({time.time() - t0:.0f} s in all)")

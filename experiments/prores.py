@@ -39,7 +39,8 @@ from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
 from data.common import UserError  # noqa: E402
 from experiments.lib import prores_report as rep  # noqa: E402
-from experiments.lib.common import (Provenance, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
+from experiments.lib.provenance import Provenance  # noqa: E402
+from experiments.lib.common import (add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
                                     run_sweep)
 from experiments.lib.prores_runs import measure_runs, scan_runs  # noqa: E402
 import model  # noqa: E402

@@ -113,11 +113,11 @@ SWEEP = '''
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from experiments.lib import common
+from experiments.lib import common, provenance
 
 def main():
     out, argv = Path(sys.argv[2]), sys.argv[3:]
-    prov = common.Provenance(out, argv=["--test"])
+    prov = provenance.Provenance(out, argv=["--test"])
     runs = [common.Run(f"r{i}", out / "runs" / f"r{i}", argv + ["--iters", "2" if i == 0 else "100000"])
             for i in range(4)]
     prov.finish(runs_trained=len(common.run_sweep(runs, jobs=2, threads=1)))

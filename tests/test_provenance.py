@@ -1,23 +1,23 @@
-"""What every experiment records beside its numbers (experiments/lib/common.py): provenance over
+"""What every experiment records beside its numbers (experiments/lib/provenance.py): provenance over
 resumed invocations, and the plans' measured pace. The reading rule: tests/test_claims.py."""
 import json
 
 import pytest
 
-from experiments.lib import common
+from experiments.lib import common, provenance
 
 
 def test_provenance_sums_every_invocation_that_trained(tmp_path):
-    first = common.Provenance(tmp_path, argv=["--seeds", "3"])
+    first = provenance.Provenance(tmp_path, argv=["--seeds", "3"])
     first.finish(runs_trained=2)
-    common.Provenance(tmp_path, argv=["--report-only"]).finish(runs_trained=0)  # a rebuild records nothing
-    again = common.Provenance(tmp_path, argv=["--seeds", "3"]).finish(runs_trained=1)  # a resumed sweep
+    provenance.Provenance(tmp_path, argv=["--report-only"]).finish(runs_trained=0)  # a rebuild records nothing
+    again = provenance.Provenance(tmp_path, argv=["--seeds", "3"]).finish(runs_trained=1)  # a resumed sweep
     entries = json.loads((tmp_path / "provenance.json").read_text())
     assert len(entries) == 2 and again["runs_trained"] == 3 and len(again["invocations"]) == 2
     assert again["wall_seconds"] == pytest.approx(sum(e["wall_seconds"] for e in entries))
     assert again["command"].endswith("--seeds 3") and set(again["hardware"]) >= {"cpu", "cores", "torch", "gpu"}
-    assert common.kept_provenance(tmp_path) == again
-    line = common.provenance_line(again)
+    assert provenance.kept_provenance(tmp_path) == again
+    line = provenance.provenance_line(again)
     assert "over 2 invocations (resumed)" in line and "min wall" in line
 
 
@@ -25,9 +25,9 @@ def test_kept_provenance_falls_back_to_the_reports_own(tmp_path):
     prov = {"commit": "abc", "dirty": None, "command": "python x", "hardware": "AMD EPYC, 2 cores",
             "wall_seconds": 60.0, "cpu_seconds": None, "note": "reconstructed from the notes"}
     (tmp_path / "report.json").write_text(json.dumps({"provenance": prov}))
-    assert common.kept_provenance(tmp_path) == prov
-    assert common.provenance_line(prov).endswith("CPU time not recorded. Reconstructed from the notes.")
-    assert common.kept_provenance(tmp_path / "none") is None
+    assert provenance.kept_provenance(tmp_path) == prov
+    assert provenance.provenance_line(prov).endswith("CPU time not recorded. Reconstructed from the notes.")
+    assert provenance.kept_provenance(tmp_path / "none") is None
 
 
 def test_a_stopped_invocation_is_recorded_unless_it_was_a_wrong_start(tmp_path):
@@ -35,7 +35,7 @@ def test_a_stopped_invocation_is_recorded_unless_it_was_a_wrong_start(tmp_path):
     the runs finished since it started; one that finished nothing in its first minute is not kept."""
     def stopped_main(finish_a_run, error):
         def main():
-            common.Provenance(tmp_path, argv=["--seeds", "3"])
+            provenance.Provenance(tmp_path, argv=["--seeds", "3"])
             if finish_a_run:
                 (tmp_path / "runs" / "a").mkdir(parents=True)
                 (tmp_path / "runs" / "a" / "summary.json").write_text("{}")
@@ -48,7 +48,7 @@ def test_a_stopped_invocation_is_recorded_unless_it_was_a_wrong_start(tmp_path):
     assert stopped_main(False, common.UserError("a run failed")) == 2  # adds nothing: no run since it started
     (entry,) = json.loads((tmp_path / "provenance.json").read_text())
     assert entry["stopped"] == "interrupted" and entry["runs_trained"] == 1 and entry["command"].endswith("--seeds 3")
-    assert common.Provenance.active is None
+    assert provenance.Provenance.active is None
 
 
 def test_pace_line_scales_the_rest_by_the_finished_runs_measured_time(tmp_path):

@@ -1,8 +1,8 @@
 """
 What every experiment script shares: running a sweep of train.py runs (each in its own folder,
 skipped when finished, resumed when interrupted, optionally several at once), reading their
-results back, and what a report states beside its numbers (provenance: code, command, hardware,
-time). The statistics and the reading rule: experiments/lib/claims.py.
+results back, and writing reports. Provenance: experiments/lib/provenance.py; the statistics and the
+reading rule: experiments/lib/claims.py.
 
     runs = [Run("ladder-d32-s0", out / "runs" / "ladder-d32-s0", ["--stages", "music,prose", ...]), ...]
     run_sweep(runs, jobs=2)              # two runs at a time, one thread each
@@ -15,7 +15,6 @@ Each job is a fresh Python process (spawn), so runs never share state; a run's o
 import json
 import multiprocessing as mp
 import os
-import platform
 import signal
 import sys
 import time
@@ -29,6 +28,7 @@ sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
 
 import train  # noqa: E402
 from data.common import UserError, atomic_write_bytes  # noqa: E402
+from experiments.lib.provenance import Provenance  # noqa: E402 (main_guard records a stopped invocation)
 
 
 @dataclass
@@ -49,10 +49,28 @@ def positive_int(value):
     return n
 
 
+def writable_folder(value):
+    """argparse type: a folder this process can create or write in (probed with a temporary folder that is
+    removed again), so a bad --out is the parser's one line, not a traceback after the first run."""
+    import argparse
+    import tempfile
+    path = Path(value).expanduser().resolve()
+    near = next(p for p in [path, *path.parents] if p.exists())
+    try:
+        if not near.is_dir():
+            raise NotADirectoryError(f"{near} is a file")
+        os.rmdir(tempfile.mkdtemp(dir=near))
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write in {value} ({e.strerror or e}): give a folder you can "
+                                         "write to") from None
+    return value
+
+
 def add_sweep_args(p, default_out):
     """The flags every experiment script has."""
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
-    p.add_argument("--out", default=None, help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
+    p.add_argument("--out", type=writable_folder, default=None,
+                   help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
     p.add_argument("--jobs", type=positive_int, default=2,
                    help="runs at a time, each with --threads threads (default 2: on 2 cores two 1-thread runs "
                         "finish a sweep of small models sooner than one 2-thread run at a time)")
@@ -213,134 +231,6 @@ def _run_sweep(runs, jobs, threads, term):
         raise UserError(f"{len(failed)} run(s) failed with an error (not a divergence): {failed}; "
                         f"see their log.txt; the first: {results[failed[0]][0][-1500:]}")
     return results
-
-
-# ---------------------------------------------------------------------------------------------
-# provenance: which code, command and machine made a report, and how long it took
-
-def hardware_info():
-    """What a report's times were measured on: CPU model, cores, threads, torch, Python, GPU."""
-    import torch
-    try:
-        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                 if ln.startswith("model name")]
-    except OSError:
-        names = []
-    cpu = names[0] if names else platform.processor() or "CPU"
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "gpu": gpu}
-
-
-def hardware(info=None):
-    """One line of hardware_info()."""
-    h = info or hardware_info()
-    return (f"{h['cpu']}, {h['cores']} cores, torch {h['torch']}, Python {h['python']}"
-            + (f", GPU {h['gpu']}" if h.get("gpu") else ""))
-
-
-def git_state():
-    """(commit, dirty: untracked files aside) of the checkout; (None, None) outside a git checkout."""
-    import subprocess
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                capture_output=True, text=True, check=True).stdout
-        return commit, bool(status.strip())
-    except (OSError, subprocess.CalledProcessError):
-        return None, None
-
-
-class Provenance:
-    """One invocation of an experiment in OUT/provenance.json, appended to those before it (a sweep
-    resumed over several sessions is several invocations): Provenance(out) at the start of main()
-    (commit, dirty, command, hardware), finish(runs_trained=n) at its end (wall and CPU seconds,
-    workers included); one stopped by Ctrl-C or an error is recorded by main_guard (stop()).
-    summary(): the latest invocation's commit, command and hardware, times summed over all."""
-
-    active = None  # the invocation in progress (started, not finished), for main_guard
-
-    def __init__(self, out, argv=None):
-        self.path = Path(out) / "provenance.json"
-        commit, dirty = git_state()
-        self.entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit, "dirty": dirty,
-                      "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + list(
-                          sys.argv[1:] if argv is None else argv)),
-                      "hardware": hardware_info()}
-        self._t0 = time.time()
-        self._cpu0 = self._cpu()
-        self.out = Path(out)
-        Provenance.active = self
-
-    @staticmethod
-    def _cpu():
-        import resource
-        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-    def entries(self):
-        return json.loads(self.path.read_text()) if self.path.exists() else []
-
-    def finish(self, runs_trained, stopped=None):
-        """Append this invocation if it trained anything or was stopped; return summary()."""
-        Provenance.active = None
-        if runs_trained or stopped:
-            self.entry.update(wall_seconds=time.time() - self._t0, cpu_seconds=self._cpu() - self._cpu0,
-                              runs_trained=runs_trained, **({"stopped": stopped} if stopped else {}))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(self.path, self.entries() + [self.entry])
-        return self.summary()
-
-    def stop(self, why):
-        """Append this invocation, stopped before finish(), with the runs finished under OUT since it
-        started, unless it finished nothing within its first minute (a wrong start is not a record)."""
-        done = sum(1 for name in ("summary.json", "diverged.json") for f in self.out.rglob(name)
-                   if f.stat().st_mtime >= self._t0)
-        if done or time.time() - self._t0 >= 60:
-            return self.finish(done, stopped=why)
-        Provenance.active = None
-        return self.summary()
-
-    def summary(self):
-        return summarize_provenance(self.entries())
-
-
-def summarize_provenance(entries):
-    """report.json's `provenance` from the invocations that trained (see Provenance)."""
-    if not entries:
-        return None
-    last = entries[-1]
-    cpu = [e.get("cpu_seconds") for e in entries]
-    return {"commit": last["commit"], "dirty": last["dirty"], "command": last["command"],
-            "hardware": last["hardware"], "wall_seconds": sum(e["wall_seconds"] for e in entries),
-            "cpu_seconds": None if None in cpu else sum(cpu),
-            "runs_trained": sum(e["runs_trained"] for e in entries), "invocations": entries}
-
-
-def kept_provenance(out):
-    """The provenance of a report rebuilt without training: OUT/provenance.json, else the one OUT/report.json
-    keeps, else None; never the rebuild's own time or machine."""
-    out = Path(out)
-    if (out / "provenance.json").exists():
-        return summarize_provenance(json.loads((out / "provenance.json").read_text()))
-    if (out / "report.json").exists():
-        return json.loads((out / "report.json").read_text()).get("provenance")
-    return None
-
-
-def provenance_line(prov):
-    """report.md's header line of a report.json `provenance`."""
-    if not prov:
-        return "Provenance: not recorded."
-    h = prov["hardware"]
-    commit = (prov["commit"] or "unknown")[:10] + (" (dirty tree)" if prov.get("dirty") else "")
-    n = len(prov.get("invocations", [])) or 1
-    return (f"Provenance: commit {commit}; `{prov['command']}`; {hardware(h) if isinstance(h, dict) else h}; "
-            f"{prov['wall_seconds'] / 60:.1f} min wall, "
-            + (f"{prov['cpu_seconds'] / 60:.1f} min CPU" if prov.get("cpu_seconds") is not None else "CPU time not recorded")
-            + (f", over {n} invocations (resumed)" if n > 1 else "")
-            + (f". {prov['note'][0].upper()}{prov['note'][1:].rstrip('.')}" if prov.get("note") else "") + ".")
 
 
 def write_json(path, obj):

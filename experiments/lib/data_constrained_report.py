@@ -17,7 +17,8 @@ import numpy as np
 import scaling
 from experiments.lib import data_constrained_claims as dcc
 from experiments.lib.claims import RULE, fmt_mean_std, mean_std, read_all, table
-from experiments.lib.common import (kept_provenance, provenance_line, pyplot, read_summary, save_figure, settings_json,
+from experiments.lib.provenance import kept_provenance, provenance_line
+from experiments.lib.common import (pyplot, read_summary, save_figure, settings_json,
                                     write_report, write_text)
 from experiments.lib.data_constrained_tokens import per_token
 from experiments.lib.evaluate import evaluate_run

@@ -10,6 +10,7 @@ import json
 import math
 
 from experiments.lib import common
+from experiments.lib.provenance import hardware, provenance_line
 from experiments.lib.claims import combined_verdict, fmt_mean_std, fmt_n, fmt_p, mean_std, read_all, table, RULE
 from experiments.lib.ladder_claims import CLAIMS, SIX
 
@@ -91,7 +92,7 @@ def regime(a, data, provenance):
             f"{3 * a.music_chunks:,} chunks of " + (f"--music-dir {a.music_dir}" if a.music_dir else "score-derived "
             "MIDI of the offline music21 corpus (Bach, Monteverdi, Haydn, Mozart)") + f"; poetry {a.poetry_steps} "
             f"steps; the compute-matched control repeats the prose set for {f['ladder_steps'] / f['spe']:.1f} epochs."
-            + (f" {provenance['wall_seconds'] / 60:.1f} min wall on {common.hardware(h) if isinstance(h, dict) else h}."
+            + (f" {provenance['wall_seconds'] / 60:.1f} min wall on {hardware(h) if isinstance(h, dict) else h}."
                if provenance else "") + " The paper trains on WikiText-103 (~100M tokens) after MAESTRO piano "
             f"performances (12k / 36k chunks), 5 seeds, to convergence: our 'final' is after {a.prose_epochs} epochs "
             "of a far smaller prose set, so our perplexities are far higher and our pre-training is large relative to "
@@ -103,7 +104,7 @@ def markdown(a, data, entries, check_list, front, figures, provenance):
     ppl = lambda c, w, m: fmt_mean_std(values(records, c, w, m), "{:.1f}")  # noqa: E731
     n, draws = a.music_chunks, a.music_steps * a.batch_size
     lines = [f"# The ladder: music -> poetry -> prose{' (--quick)' if a.quick else ''}", "",
-             common.provenance_line(provenance), "", "## The paper's claims beside ours", "", *table(entries), "",
+             provenance_line(provenance), "", "## The paper's claims beside ours", "", *table(entries), "",
              RULE + " Perplexity of the prose validation split, lower is better; the arms pair by seed (the same "
              "prose batches).", "",
              *(["## The six contributions", "", *front["lines"], "", "A contribution's verdict combines its claims' "

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.lib import common
+from experiments.lib.provenance import hardware, provenance_line
 from experiments.lib import procedural_authors as pa
 from experiments.lib.claims import MIN_N, RULE, fmt_mean_std, mean_std, read_all, table
 from experiments.lib.procedural_claims import CLAIMS, records
@@ -94,7 +95,7 @@ def regime(a, provenance):
     where = ""
     if provenance:
         h = provenance["hardware"]
-        where = f" {provenance['wall_seconds'] / 60:.0f} min wall on {common.hardware(h) if isinstance(h, dict) else h}."
+        where = f" {provenance['wall_seconds'] / 60:.0f} min wall on {hardware(h) if isinstance(h, dict) else h}."
     few = f" With {a.seeds} seed(s) no cell can pass the reading rule (n >= {MIN_N} a side)." if a.seeds < MIN_N else ""
     if getattr(a, "records", None) is None:  # the table preset's archive
         return (f"The table preset (an earlier default, no longer run): the authors' diagnostic model (2 layers, 4 "
@@ -153,7 +154,7 @@ def pretrain_lines(runs):
 def markdown(a, runs, n_planned, entries, provenance):
     authors = getattr(a, "records", None) is not None
     lines = [f"# Procedural pre-training: {'the diagnostics as the authors run them' if authors else 'the table preset'}"
-             f"{' (--quick)' if a.quick else ''}", "", common.provenance_line(provenance), "",
+             f"{' (--quick)' if a.quick else ''}", "", provenance_line(provenance), "",
              f"Jiang, Shinnick et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}. {len(runs)} of {n_planned} "
              f"runs finished; {sum(r.get('seconds') or 0 for r in runs) / 60:.1f} min of training summed over runs.",
              "", f"**Regime.** {regime(a, provenance)}", "", "## The paper's claims beside ours", "", RULE, ""]

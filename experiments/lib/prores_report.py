@@ -19,7 +19,8 @@ import numpy as np
 
 from experiments.lib import prores_claims
 from experiments.lib.claims import RULE, compare, fmt_mean_std, fmt_p, read_all, table
-from experiments.lib.common import (kept_provenance, provenance_line, pyplot, read_events, read_summary,
+from experiments.lib.provenance import kept_provenance, provenance_line
+from experiments.lib.common import (pyplot, read_events, read_summary,
                                     save_figure, settings_json, write_report)
 from experiments.lib.prores_runs import prores_T
 
