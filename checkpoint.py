@@ -5,6 +5,7 @@ weights_only=True, checked against the model and the flags before anything is re
     OUT/ckpt.pt            the run's last state (model, optimizer, RNG, stage, step, summaries, args)
     OUT/stage<i>-<name>.pt each finished stage's weights, what the next stage starts from
     OUT/metrics.jsonl      one JSON event per line (train / eval / stage_end)
+    OUT/.lock              "PID START HOST" of the run training into OUT, while it runs (train.RunLock)
 """
 
 import json
@@ -35,6 +36,11 @@ def read_checkpoint(path, flag, map_location="cpu"):
     """load_checkpoint for a path the user gave (`flag` names where): a missing file or one that
     is not a prelude checkpoint is a UserError that says so, not a traceback."""
     path = Path(path)
+    if path.is_dir():
+        found = sorted(f.name for f in path.glob("*.pt"))
+        raise UserError(f"{flag} {path} is a folder; it wants a checkpoint file: "
+                        + (f"one of {', '.join(str(path / f) for f in found[:6])}{', ...' if len(found) > 6 else ''}"
+                           if found else "this folder holds no .pt files (give OUT/stage<i>-<name>.pt or OUT/ckpt.pt)"))
     if not path.is_file():
         raise UserError(f"{flag} {path}: no such file; give a checkpoint written by train.py "
                         "(OUT/stage<i>-<name>.pt or OUT/ckpt.pt)")

@@ -114,7 +114,8 @@ def _transfer_flags(p):
                    help="groups kept fixed after transfer in every stage but the first, e.g. attn or attn,mlp "
                         "(the procedural authors' weights_to_be_trained)")
     g.add_argument("--init-from", default=None,
-                   help="start the first stage from this checkpoint (a stage*.pt, ckpt.pt or a transfer.py merge)")
+                   help="start the first stage from this checkpoint file (a stage*.pt, ckpt.pt or a transfer.py "
+                        "merge)")
 
 
 def _prores_flags(p):
@@ -154,8 +155,8 @@ def _evaluation_flags(p):
     g = p.add_argument_group("evaluation, logging, checkpoints")
     g.add_argument("--eval-interval", type=int, default=50, help="evaluate and checkpoint every N steps")
     g.add_argument("--eval-iters", type=int, default=20, help="batches per evaluation (and per split)")
-    g.add_argument("--eval-splits", default="train,val", choices=("train,val", "val"),
-                   help="splits each evaluation measures (default: %(default)s; val alone is cheaper)")
+    g.add_argument("--eval-splits", default="train,val", choices=("train,val", "val"), metavar="SPLITS",
+                   help="splits each evaluation measures: train,val (default) or val (cheaper)")
     g.add_argument("--patience", type=int, default=None,
                    help="end a stage early once its validation loss has not improved for this many "
                         "evaluations in a row (train until the loss plateaus; default: off)")
@@ -238,11 +239,13 @@ def check_args(p, args):
     if args.prores_schedule not in prores.SCHEDULES:
         p.error(f"--prores-schedule {args.prores_schedule!r}: choose one of {', '.join(prores.SCHEDULES)}")
     if args.prores_T != "auto":
+        given = args.prores_T
         try:
             args.prores_T = float(args.prores_T)
-            assert args.prores_T > 0
+            assert 0 < args.prores_T < float("inf")  # (nan fails too)
         except (ValueError, AssertionError):
-            p.error("--prores-T takes a positive number of steps per layer (it may be fractional) or 'auto'")
+            p.error(f"--prores-T {given}: give a positive, finite number of steps per layer (it may be "
+                    "fractional), or 'auto'")
         args.prores_T = int(args.prores_T) if args.prores_T == int(args.prores_T) else args.prores_T
     try:
         lo, hi = (float(v) for v in args.mir_ratio.split(","))

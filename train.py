@@ -10,6 +10,8 @@ Single process:   python train.py --stages poetry,prose
 Distributed:      torchrun --standalone --nproc_per_node=2 train.py --stages poetry,prose
                   (DDP; gloo on CPU, nccl on GPU; --batch-size is per process)
 Experiments call `run(parse_args([...]))`, which returns the summary dict.
+One live run per --out folder (OUT/.lock, RunLock); a run that fails before it writes anything
+leaves its folder as it found it.
 """
 
 import json
@@ -18,6 +20,7 @@ import os
 import sys
 import time
 import signal
+import socket
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +143,15 @@ def setup_distributed(args):
 # within 4% of the faster of fp32 and bf16 on every shape, 0.86-0.98x of it on the text shapes).
 HEAD_BF16_MIN_VOCAB = 1024
 
+# float16 autocast on a CPU is slow, with nothing to gain: CPUs have no fast float16 matmuls. Measured on
+# this 2-core CPU (2026-12-03, one thread, d64 4-layer model, 16 x 128 tokens, forward + backward,
+# best of 3): vocabulary 160: 189 ms float32, 1,624 ms float16 (8.6x); vocabulary 50,257 (the GPT-2
+# text stages): 1,288 ms vs 22,519 ms (17.5x). A warning, not a refusal: float16's numerics (the
+# GradScaler path) may be what a CPU run is for.
+FLOAT16_ON_CPU = ("warning: --dtype float16 on a CPU runs a step about 9-18x slower than float32 (measured on a "
+                  "d64 model: 8.6x at vocabulary 160, 17.5x at 50,257); use --dtype float32 or auto unless "
+                  "float16's numerics are the point")
+
 
 def resolve_dtype(name, device, vocab_size=None):
     """(autocast dtype name, head dtype name) for --dtype. auto: on a GPU, bf16 autocast where
@@ -236,9 +248,166 @@ def check_out_folder(args, out):
                         "from; give a fresh --out for a new run")
 
 
+class RunLock:
+    """OUT/.lock: one live run per folder. acquire() creates it atomically (O_CREAT|O_EXCL) holding
+    "PID START HOST" (START: the process's start time, so a reused PID is not mistaken for the
+    run); a lock whose process is gone (killed with -9, a crash) is taken over, saying so; a live
+    one is a UserError naming its PID. release() removes it only if it is still this process's."""
+
+    def __init__(self, out):
+        self.out, self.path, self.mine = Path(out), Path(out) / ".lock", None
+
+    def acquire(self):
+        me = f"{os.getpid()} {_start_time(os.getpid()) or ''} {socket.gethostname()}\n"
+        for _ in range(10):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._read()
+                if holder is None:  # released in between: try again
+                    continue
+                pid, start, host = (holder.split() + ["", "", ""])[:3]
+                if _alive(pid, start, host):
+                    elsewhere = bool(host) and host != socket.gethostname()
+                    raise UserError(
+                        f"--out {self.out} is in use by a run still going (PID {pid}"
+                        f"{' on host ' + host if elsewhere else ''}); wait for it to end or stop it, or give "
+                        "another --out" + (f" (delete {self.path} if that run is gone)" if elsewhere else ""))
+                if self._remove_stale(holder):
+                    print(f"{self.out}: taking over the lock of run PID {pid or '?'}, which is no longer running")
+                continue
+            except OSError as e:
+                raise UserError(f"--out {self.out}: cannot write in this folder ({e.strerror}); give a folder "
+                                "you can write to") from None
+            with os.fdopen(fd, "w") as f:
+                f.write(me)
+            self.mine = me
+            return
+        raise UserError(f"--out {self.out}: other processes keep taking and dropping its lock {self.path}; "
+                        "give another --out")
+
+    def release(self):
+        if self.mine is not None and self._read(wait=False) == self.mine:
+            self.path.unlink(missing_ok=True)
+        self.mine = None
+
+    def _read(self, wait=True):
+        """The lock's text ("" if it stays empty: its writer died between create and write), None if gone."""
+        for _ in range(10 if wait else 1):
+            try:
+                text = self.path.read_text()
+            except FileNotFoundError:
+                return None
+            if text.strip():
+                return text
+            time.sleep(0.05)
+        return ""
+
+    def _remove_stale(self, holder):
+        """Move the stale lock aside and delete it, unless another process replaced it meanwhile."""
+        aside = self.path.with_name(f".lock.stale-{os.getpid()}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return False
+        if aside.read_text() == holder:
+            aside.unlink()
+            return True
+        try:  # a fresh lock of another process, moved by mistake: put it back
+            os.link(aside, self.path)
+        except OSError:
+            pass
+        aside.unlink()
+        return False
+
+
+def _start_time(pid):
+    """The start time of process pid in clock ticks since boot (/proc/PID/stat), "" where unknown;
+    None if /proc says there is no such process (or only its zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None if Path("/proc/self/stat").exists() else ""
+    except OSError:
+        return ""
+    fields = stat[stat.rfind(")") + 2:].split()  # after "PID (name) ": state, ppid, ... starttime
+    return None if fields[0] in "ZX" else fields[19]
+
+
+def _alive(pid, start, host):
+    """Whether the process of a lock ("PID START HOST") still runs; another host's cannot be told: yes."""
+    if host and host != socket.gethostname():
+        return True
+    if not pid.isdigit():
+        return False
+    now = _start_time(int(pid))
+    if now is None:
+        return False
+    if now and start:
+        return now == start
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def claim_out_folder(args, out, lock):
+    """Create --out, take its lock, and check it holds no other run's files (check_out_folder).
+    Returns the folders this made (deepest first), which a run that fails before it writes
+    anything removes again (remove_empty)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; give a folder for the run's files")
+    made = [d for d in (out, *out.parents) if not d.exists()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot create this folder ({e.strerror}); give a folder you can write "
+                        "to") from None
+    try:
+        lock.acquire()
+        check_out_folder(args, out)
+    except BaseException:
+        lock.release()
+        remove_empty(made)
+        raise
+    return made
+
+
+def remove_empty(folders):
+    """rmdir each folder in turn (deepest first), stopping at the first that is not empty."""
+    for d in folders:
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def check_inputs(args, env):
+    """The checks of flags that need the machine, before anything is written: a usable cache folder
+    (--cache-dir, else $PRELUDE_CACHE, else ~/.cache/prelude); --dtype float16 on a CPU warns."""
+    if env.device.type == "cpu" and args.dtype == "float16" and env.master:
+        print(FLOAT16_ON_CPU, file=sys.stderr)
+    raw = args.cache_dir or os.environ.get("PRELUDE_CACHE")
+    what = (f"--cache-dir {raw}" if args.cache_dir else f"$PRELUDE_CACHE {raw}" if raw else
+            f"the cache folder {Path.home() / '.cache' / 'prelude'}")
+    path = Path(raw or Path.home() / ".cache" / "prelude").expanduser()
+    fix = "give --cache-dir a folder you can write to (prepared corpora are kept there)"
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} is a file, not a folder; {fix}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{what}: cannot create this folder ({e.strerror}); {fix}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{what}: this folder is not writable; {fix}")
+
+
 def open_run(args, out, stages, env):
     """(resume checkpoint or None, stage summaries so far, the weights the next stage starts
-    from): --resume checks that the checkpoint is a run of these stages and flags."""
+    from): --resume checks that the checkpoint is a run of these stages and flags. Writes nothing."""
     ckpt_path = out / "ckpt.pt"
     resume = read_checkpoint(ckpt_path, "--resume") if args.resume and ckpt_path.exists() else None
     if resume is not None:
@@ -254,13 +423,36 @@ def open_run(args, out, stages, env):
         else:
             print(f"resumed at step {resume['iter']} of stage {resume['stage_index'] + 1}/{len(stages)} "
                   f"({stages[resume['stage_index']]}) from {ckpt_path}")
-    if env.master:
-        trim_metrics(out / "metrics.jsonl", resume)
     prev = read_checkpoint(args.init_from, "--init-from") if args.init_from else None
     if resume is not None and resume["stage_index"] > 0:
         prev = read_checkpoint(stage_file(out, resume["stage_index"] - 1, stages[resume["stage_index"] - 1]),
                                "--resume")
     return resume, list(resume["summaries"]) if resume else [], prev
+
+
+class MetricsLog:
+    """OUT/metrics.jsonl, one JSON event a line (rank 0 only). Opened at the first event or
+    checkpoint, not before: a run that fails before it has anything to record leaves no file.
+    Opening starts the file afresh, or on --resume keeps the events up to the checkpoint."""
+
+    def __init__(self, path, resume, active):
+        self.path, self.resume, self.active, self.f = path, resume, active, None
+
+    def open(self):
+        if self.active and self.f is None:
+            trim_metrics(self.path, self.resume)
+            self.f = open(self.path, "a")
+
+    def write(self, event):
+        if self.active:
+            self.open()
+            self.f.write(json.dumps(event) + "\n")
+            self.f.flush()
+
+    def close(self):
+        if self.f is not None:
+            self.f.close()
+            self.f = None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -453,12 +645,29 @@ def evaluate(S, args, env):
 
 
 def run(args):
+    """Train the curriculum into args.out; returns the summary dict. Rank 0 holds the folder's
+    lock (RunLock) from start to end, however the run ends; a run that fails before it has
+    written anything leaves the folder as it found it (one it created is removed again)."""
     rank, world, local_rank, device = setup_distributed(args)
     env = Env(rank, world, local_rank, device)
     out = Path(args.out)
-    if env.master:
-        check_out_folder(args, out)
-        out.mkdir(parents=True, exist_ok=True)
+    check_inputs(args, env)
+    lock = RunLock(out)
+    made = claim_out_folder(args, out, lock) if env.master else []
+    finished = False
+    try:
+        result = train_curriculum(args, env, out)
+        finished = True
+        return result
+    finally:
+        lock.release()
+        if not finished:
+            remove_empty(made)
+
+
+def train_curriculum(args, env, out):
+    """The run itself, in the claimed folder: each stage set up, trained, evaluated, saved."""
+    device, world = env.device, env.world
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     stages = args.stages.split(",")
@@ -468,15 +677,14 @@ def run(args):
         total = sum(stage_iters(args, load_corpus(n, args), args.batch_size * args.grad_accum * world) for n in stages)
         prores_T_run = max(1, round(total / (2 * args.n_layer)))
     t_start, seconds_before = time.time(), (resume or {}).get("seconds", 0.0)  # earlier parts of a resumed run
-    log = open(out / "metrics.jsonl", "a") if env.master else None
+    log = MetricsLog(out / "metrics.jsonl", resume, env.master)
 
     def emit(**event):
-        if log:
-            log.write(json.dumps(event) + "\n")
-            log.flush()
+        log.write(event)
 
     def checkpoint(S, it, stage_index):
         if env.master:
+            log.open()  # (a resumed run's log is trimmed to its checkpoint before a newer one is saved)
             save_checkpoint(out / "ckpt.pt", {
                 "model": S.model.state_dict(), "optimizer": S.optimizer.state_dict(),
                 "scaler": S.scaler.state_dict(), "rng": torch.get_rng_state(),
@@ -498,7 +706,9 @@ def run(args):
                   f"{' + [MASK]' if S.objective.extra_tokens else ''} | train {len(S.corpus.train):,} tokens, val "
                   f"{len(S.corpus.val):,} | {S.iters} steps of {S.tokens_per_iter:,} tokens | {S.objective.name} | "
                   f"{S.model.get_num_params():,} non-embedding params | {device} {S.dtype}"
-                  f"{' (head ' + S.cfg.head_dtype + ')' if S.cfg.head_dtype else ''}")
+                  f"{' (head ' + S.cfg.head_dtype + ')' if S.cfg.head_dtype else ''}"
+                  + (f" | ProRes on: T {S.prores_hook.T:g} steps per layer, {S.prores_hook.schedule}, warmup over "
+                     f"the {args.prores_scope}" if S.prores_hook is not None else ""))
         S.model.train()
         last_eval, t0 = None, time.time()
         bar = tqdm(total=S.iters, initial=S.start_iter, desc=name, disable=not env.master or args.no_progress,
@@ -574,6 +784,7 @@ def run(args):
               "params_total": model.get_num_params(non_embedding=False),
               "seconds": seconds_before + time.time() - t_start, "args": vars(args)}
     if env.master:
+        log.open()  # (a resumed run that had finished: its log as it was)
         atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())
         if len(summaries) > 1:
             print("\nthe whole run:")
@@ -581,10 +792,21 @@ def run(args):
         if not args.no_plot:
             plot_losses(out)
         log.close()
+        print(where_things_are(out, stages, S.corpus.info if S is not None else None))
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
     return result
+
+
+def where_things_are(out, stages, last_info):
+    """The run's last lines: its folder, and the sample.py command for its last stage's checkpoint
+    (a music stage samples into a MIDI file; last_info: that stage's corpus manifest, if loaded)."""
+    last = stage_file(out, len(stages) - 1, stages[-1])
+    music = (last_info.get("tokenizer") or "" if last_info is not None else stages[-1]).startswith(("midi", "music"))
+    what = "--midi piece.mid --tokens 1000" if music else '--prompt "..." --tokens 100'
+    return (f"\nthe run's files are in {out}/ (summary.json, metrics.jsonl{', loss.png' if (out / 'loss.png').exists() else ''}, "
+            f"stage checkpoints); sample from its last stage:\n  python sample.py {last} {what}")
 
 
 def print_table(summaries):

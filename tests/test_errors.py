@@ -56,6 +56,17 @@ TRAIN_CASES = [  # (argv, words the one line must contain)
     (["--poetry-lines", "0"], ["--poetry-lines", "positive"]),
     (["--poetry-lines", "-5"], ["--poetry-lines", "positive"]),
     (["--dropout", "1.5"], ["--dropout", "between 0 and 1"]),
+    (["--stages", "text:{text}", "--iters", "1", "--out", "/proc/x"], ["--out /proc/x", "cannot create", "write to"]),
+    (["--stages", "text:{text}", "--iters", "1", "--cache-dir", "{tmp}/afile"], ["--cache-dir", "afile", "is a file"]),
+    (["--stages", "text:{text}", "--iters", "1", "--cache-dir", "{tmp}/afile/cache"],
+     ["--cache-dir", "afile/cache", "cannot create", "--cache-dir a folder you can write to"]),
+    (["--prores", "--prores-T", "inf"], ["--prores-T inf", "finite"]),
+    (["--prores", "--prores-T", "nan"], ["--prores-T nan", "positive"]),
+    (["--prores", "--prores-T", "-3"], ["--prores-T -3", "positive"]),
+    (["--stages", "text:{text}", "--iters", "1", "--init-from", "{tmp}/empty"],
+     ["--init-from", "is a folder", "checkpoint file", "no .pt files"]),
+    (["--stages", "text:{text}", "--iters", "1", "--init-from", "{tmp}"],
+     ["--init-from", "is a folder", "checkpoint file", "hello.pt", "notckpt.pt"]),
     # a step that cannot fit in memory is refused before the model is built, not left to hang
     (["--stages", "text:{text}", "--iters", "1", "--block-size", "100000", "--batch-size", "64", "--n-embd", "512",
       "--n-head", "8", "--n-layer", "8"], ["GiB", "--block-size", "--batch-size"]),
@@ -72,6 +83,24 @@ def test_train_errors_are_one_line(argv, words, capsys, cache, text_dir, bad_fil
     assert not any("Traceback" in l for l in lines)
     for w in words:
         assert w in errors[0], (w, errors[0])
+    assert not (tmp_path / "out").exists()  # a refused run leaves nothing behind, not even its folder
+
+
+def test_float16_on_a_cpu_warns_in_one_line_with_its_cost(capsys, cache, text_dir, tmp_path):
+    train.main(["--stages", f"text:{text_dir}", "--iters", "1", "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
+                "--block-size", "16", "--batch-size", "2", "--eval-iters", "1", "--no-progress", "--no-plot",
+                "--device", "cpu", "--dtype", "float16", "--out", str(tmp_path / "out")])
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip() and "doc/s]" not in l]
+    assert len(err) == 1 and err[0].startswith("warning: --dtype float16 on a CPU"), err
+    assert "slower than float32" in err[0] and "--dtype float32" in err[0]
+    assert (tmp_path / "out" / "summary.json").exists()  # a warning: the run goes on
+
+
+def test_train_help_lists_the_eval_splits_once(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "--eval-splits SPLITS" in out and "{train,val,val}" not in out
 
 
 def test_resume_of_a_finished_run_with_other_flags_says_which(capsys, cache, text_dir, tmp_path):

@@ -199,3 +199,34 @@ def test_chunked_corpus_batches_are_whole_chunks():
     x, y, _ = get_batch(c, "train", 64, chunk - 1, [0], 0, 1, torch.device("cpu"))
     rows = torch.cat([x, y[:, -1:]], 1)
     assert all(len(set(r.tolist())) == 1 for r in rows)  # no window straddles two chunks
+
+
+def test_a_run_refused_at_its_start_leaves_the_folder_so_the_corrected_command_runs(cache, text_dir, tmp_path,
+                                                                                    capsys):
+    """--batch-size 1000000 fails the memory check before the first step; it leaves no metrics.jsonl,
+    no lock, no folder, so the same command with a sane batch size is not refused."""
+    out = tmp_path / "run"
+    argv = ["--stages", f"text:{text_dir}", "--iters", "2", "--out", str(out)] + TINY
+    with pytest.raises(SystemExit) as e:
+        train.main(argv + ["--batch-size", "1000000"])
+    assert e.value.code == 2 and "GiB" in capsys.readouterr().err
+    assert not out.exists()
+    out.mkdir()  # a folder that was there before stays, empty as it was
+    with pytest.raises(SystemExit):
+        train.main(argv + ["--batch-size", "1000000"])
+    assert list(out.iterdir()) == []
+    train.main(argv)
+    assert (out / "summary.json").exists() and not (out / ".lock").exists()
+
+
+def test_the_run_says_prores_is_on_and_where_its_files_are(cache, text_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(["--stages", f"text:{text_dir}", "--iters", "4", "--out", str(out), "--no-plot", "--prores",
+                "--prores-T", "1.5", "--prores-schedule", "linear"] + TINY)
+    said = capsys.readouterr().out.strip().splitlines()
+    header = next(l for l in said if l.startswith("== stage 1/1"))
+    assert "ProRes on: T 1.5 steps per layer, linear" in header
+    stage = next(out.glob("stage0-*.pt"))
+    assert str(out) in said[-2] and said[-1].split() == ["python", "sample.py", str(stage), "--prompt", '"..."',
+                                                         "--tokens", "100"]
+    assert "--midi piece.mid" in train.where_things_are(out, ["music"], {"tokenizer": "midi-events-160"})
