@@ -114,3 +114,12 @@ def test_the_table_escapes_pipes_and_read_all_adds_notes():
     lines = claims.table(es)
     assert lines[2].startswith("| m \\| r | x |") and lines[2].endswith("| **reproduces** |")
     assert claims.counts(es + es) == "2 reproduce"
+
+
+def test_a_trend_is_read_in_each_cell():
+    recs = [dict(method=m, N=n, seed=s, gap=(0.1 * k if m == "wd" else 0.0) + 0.001 * s)
+            for m in ("wd", "mir") for k, n in enumerate((1e4, 1e5, 1e6)) for s in range(2)]
+    e = claims.read(Claim("the gap grows", "-", {}, metric="gap", slope="N", log_x=True, cells="method"), recs)
+    assert [c["cell"] for c in e["cells"]] == ["mir", "wd"] and [c["n"] for c in e["cells"]] == [6, 6]
+    assert [c["verdict"] for c in e["cells"]] == ["no clear difference", "reproduces"] and e["verdict"] == "partly"
+    assert e["test"].startswith("slope test mir p = ")

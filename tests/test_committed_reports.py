@@ -34,20 +34,31 @@ def expected_cells(cl, records):
     """[(p, n, verdict)] of a claim's cells, by scipy on the records."""
     if cl.slope:
         key = lambda r: tuple(r.get(k) for k in cl.pair_by)  # noqa: E731
-        if cl.base is None:
-            pts = [(r.get(cl.slope), r.get(cl.metric)) for r in matching(records, cl.treat)]
-        else:
-            base = {key(r): r[cl.metric] for r in matching(records, cl.base)}
-            pts = [(r.get(cl.slope), (b - r[cl.metric]) if cl.lower_is_better else (r[cl.metric] - b))
-                   for r in matching(records, cl.treat) if ok(b := base.get(key(r))) and ok(r.get(cl.metric))]
-        pts = [(math.log10(x) if cl.log_x else x, y) for x, y in pts if x is not None and ok(y)
-               and (x > 0 or not cl.log_x)]
-        if len(pts) < 3:
-            return []
-        r = stats.linregress([x for x, _ in pts], [y for _, y in pts])
-        clear = r.pvalue < 0.05 and len(pts) >= 4
-        return [(r.pvalue, len(pts), "no clear difference" if not clear else
-                 "reproduces" if (r.slope > 0) != cl.falls else "opposite")]
+        T = matching(records, cl.treat)
+        values = [None] if cl.cells is None else sorted({r.get(cl.cells) for r in T}, key=lambda v: (isinstance(v, str), v))
+        out = []
+        for v in values:
+            if cl.only is not None and v not in cl.only:
+                continue
+            ts = [r for r in T if v is None or r.get(cl.cells) == v]
+            if cl.base is None:
+                pts = [(r.get(cl.slope), r.get(cl.metric)) for r in ts]
+            else:
+                base = {key(r): r[cl.metric] for r in matching(records, cl.base) if v is None or r.get(cl.cells) == v}
+                pts = [(r.get(cl.slope), (b - r[cl.metric]) if cl.lower_is_better else (r[cl.metric] - b))
+                       for r in ts if ok(b := base.get(key(r))) and ok(r.get(cl.metric))]
+            pts = [(math.log10(x) if cl.log_x else x, y) for x, y in pts if x is not None and ok(y)
+                   and (x > 0 or not cl.log_x)]
+            if not pts:
+                continue
+            if len(pts) < 3 or len({x for x, _ in pts}) < 2:
+                out.append((None, len(pts), "no clear difference"))
+                continue
+            r = stats.linregress([x for x, _ in pts], [y for _, y in pts])
+            clear = r.pvalue < 0.05 and len(pts) >= 4
+            out.append((r.pvalue, len(pts), "no clear difference" if not clear else
+                        "reproduces" if (r.slope > 0) != cl.falls else "opposite"))
+        return out
     treats = cl.treat if isinstance(cl.treat, list) else [cl.treat]
     bases = cl.base if isinstance(cl.base, list) else [cl.base or {}] * len(treats)
     out = []

@@ -213,28 +213,35 @@ def read(claim, records):
 
 
 def _read_slope(claim, records):
-    """A trend: the advantage of treat over base (paired differences, > 0 when treat is better) or,
-    without a base arm, treat's metric, against the field claim.slope (log10 with log_x)."""
-    x, y = [], []
-    if claim.base is None:
-        pts = [(r.get(claim.slope), r.get(claim.metric)) for r in select(records, claim.treat)]
-    else:
-        key = lambda r: tuple(r.get(k) for k in claim.pair_by)  # noqa: E731
-        base = {key(r): r for r in select(records, claim.base)}
-        sign = -1 if claim.lower_is_better else 1
-        pts = [(r.get(claim.slope), sign * (r[claim.metric] - base[key(r)][claim.metric]))
-               for r in select(records, claim.treat) if key(r) in base
-               and finite([r.get(claim.metric)]) and finite([base[key(r)].get(claim.metric)])]
-    for u, v in pts:
-        if u is not None and finite([v]) and (not claim.log_x or u > 0):
-            x.append(math.log10(u) if claim.log_x else float(u))
-            y.append(float(v))
-    c = slope_test(x, y) if x else None
-    cells = [] if c is None else [dict(c, cell=None, x=x, y=y, verdict=cell_verdict(c, paper_better=not claim.falls))]
+    """A trend, in each cell: the advantage of treat over base (paired differences, > 0 when treat is
+    better) or, without a base arm, treat's metric, against the field claim.slope (log10 with log_x)."""
+    key = lambda r: tuple(r.get(k) for k in claim.pair_by)  # noqa: E731
+    treat = select(records, claim.treat)
+    values = [None] if claim.cells is None else sorted({r.get(claim.cells) for r in treat}, key=_order)
+    cells = []
+    for v in values:
+        if claim.only is not None and v not in claim.only:
+            continue
+        ts = treat if v is None else select(treat, {}, **{claim.cells: v})
+        if claim.base is None:
+            pts = [(r.get(claim.slope), r.get(claim.metric)) for r in ts]
+        else:
+            base = {key(r): r.get(claim.metric) for r in select(records, claim.base)
+                    if v is None or r.get(claim.cells) == v}
+            sign = -1 if claim.lower_is_better else 1
+            pts = [(r.get(claim.slope), sign * (r[claim.metric] - base[key(r)])) for r in ts
+                   if finite([r.get(claim.metric)]) and finite([base.get(key(r))])]
+        pts = [(math.log10(u) if claim.log_x else float(u), float(w)) for u, w in pts
+               if u is not None and finite([w]) and (not claim.log_x or u > 0)]
+        if pts:
+            c = slope_test([u for u, _ in pts], [w for _, w in pts])
+            name = "" if v is None else claim.label.format(v)
+            cells.append(dict(c, cell=v, name=name, x=[u for u, _ in pts], y=[w for _, w in pts],
+                              verdict=cell_verdict(c, paper_better=not claim.falls)))
     per = f" per decade of {claim.slope}" if claim.log_x else f" per unit of {claim.slope}"
     what = "advantage" if claim.base is not None else claim.metric
-    ours = [f"{what} {c['slope']:+.4g} ± {c['stderr']:.2g}{per}" for c in cells]
-    return _entry(claim, cells, ours, [f"slope test, {fmt_p(c['p'])}, n = {c['n']}" for c in cells])
+    ours = [f"{_name(claim, c)}{what} {c['slope']:+.4g} ± {c['stderr']:.2g}{per}" for c in cells]
+    return _entry(claim, cells, ours, [f"slope test {_name(claim, c)}{fmt_p(c['p'])}, n = {c['n']}" for c in cells])
 
 
 def _order(v):
