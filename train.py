@@ -10,7 +10,7 @@ Single process:   python train.py --stages poetry,prose
 Distributed:      torchrun --standalone --nproc_per_node=2 train.py --stages poetry,prose
                   (DDP; gloo on CPU, nccl on GPU; --batch-size is per process)
 Experiments call `run(parse_args([...]))`, which returns the summary dict.
-One live run per --out folder (OUT/.lock, RunLock); a run that fails before it writes anything
+One live run per --out folder (OUT/.lock, checkpoint.RunLock); a run that fails before it writes anything
 leaves its folder as it found it.
 """
 
@@ -20,7 +20,6 @@ import os
 import sys
 import time
 import signal
-import socket
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +35,8 @@ import mir
 import prores
 import transfer
 from batches import get_batch, load_corpus, row_generators, stage_iters, task_accuracy, unigram_perplexity
-from checkpoint import (check_resume_args, load_model, load_state_checked, model_config, read_checkpoint,
-                        save_checkpoint, stage_file, trim_metrics)
+from checkpoint import (MetricsLog, RunLock, check_resume_args, claim_out_folder, load_model, load_state_checked,
+                        model_config, read_checkpoint, remove_empty, save_checkpoint, stage_file)
 from data.common import UserError, atomic_write_bytes
 from flags import parse_args
 from model import GPT, GPTConfig
@@ -228,163 +227,6 @@ class Env(NamedTuple):
         return self.rank == 0
 
 
-RUN_FILES = ("ckpt.pt", "summary.json", "metrics.jsonl", "loss.png", "stage*.pt")
-
-
-def check_out_folder(args, out):
-    """A run never mixes with another: --out must be a folder that holds no other run's files,
-    unless --resume continues the run whose checkpoint is there."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder; give a folder for the run's files")
-    found = sorted({f.name for pattern in RUN_FILES for f in out.glob(pattern)}) if out.is_dir() else []
-    if not found:
-        return
-    if not args.resume:
-        raise UserError(f"--out {out} holds another run's files ({', '.join(found[:4])}"
-                        f"{', ...' if len(found) > 4 else ''}); continue that run with --resume, or give a fresh "
-                        f"--out (e.g. --out {out}-2)")
-    if "ckpt.pt" not in found and ({"summary.json"} & set(found) or any(f.startswith("stage") for f in found)):
-        raise UserError(f"--resume: {out} holds a run's files ({', '.join(found[:4])}) but no ckpt.pt to continue "
-                        "from; give a fresh --out for a new run")
-
-
-class RunLock:
-    """OUT/.lock: one live run per folder. acquire() creates it atomically (O_CREAT|O_EXCL) holding
-    "PID START HOST" (START: the process's start time, so a reused PID is not mistaken for the
-    run); a lock whose process is gone (killed with -9, a crash) is taken over, saying so; a live
-    one is a UserError naming its PID. release() removes it only if it is still this process's."""
-
-    def __init__(self, out):
-        self.out, self.path, self.mine = Path(out), Path(out) / ".lock", None
-
-    def acquire(self):
-        me = f"{os.getpid()} {_start_time(os.getpid()) or ''} {socket.gethostname()}\n"
-        for _ in range(10):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self._read()
-                if holder is None:  # released in between: try again
-                    continue
-                pid, start, host = (holder.split() + ["", "", ""])[:3]
-                if _alive(pid, start, host):
-                    elsewhere = bool(host) and host != socket.gethostname()
-                    raise UserError(
-                        f"--out {self.out} is in use by a run still going (PID {pid}"
-                        f"{' on host ' + host if elsewhere else ''}); wait for it to end or stop it, or give "
-                        "another --out" + (f" (delete {self.path} if that run is gone)" if elsewhere else ""))
-                if self._remove_stale(holder):
-                    print(f"{self.out}: taking over the lock of run PID {pid or '?'}, which is no longer running")
-                continue
-            except OSError as e:
-                raise UserError(f"--out {self.out}: cannot write in this folder ({e.strerror}); give a folder "
-                                "you can write to") from None
-            with os.fdopen(fd, "w") as f:
-                f.write(me)
-            self.mine = me
-            return
-        raise UserError(f"--out {self.out}: other processes keep taking and dropping its lock {self.path}; "
-                        "give another --out")
-
-    def release(self):
-        if self.mine is not None and self._read(wait=False) == self.mine:
-            self.path.unlink(missing_ok=True)
-        self.mine = None
-
-    def _read(self, wait=True):
-        """The lock's text ("" if it stays empty: its writer died between create and write), None if gone."""
-        for _ in range(10 if wait else 1):
-            try:
-                text = self.path.read_text()
-            except FileNotFoundError:
-                return None
-            if text.strip():
-                return text
-            time.sleep(0.05)
-        return ""
-
-    def _remove_stale(self, holder):
-        """Move the stale lock aside and delete it, unless another process replaced it meanwhile."""
-        aside = self.path.with_name(f".lock.stale-{os.getpid()}")
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return False
-        if aside.read_text() == holder:
-            aside.unlink()
-            return True
-        try:  # a fresh lock of another process, moved by mistake: put it back
-            os.link(aside, self.path)
-        except OSError:
-            pass
-        aside.unlink()
-        return False
-
-
-def _start_time(pid):
-    """The start time of process pid in clock ticks since boot (/proc/PID/stat), "" where unknown;
-    None if /proc says there is no such process (or only its zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None if Path("/proc/self/stat").exists() else ""
-    except OSError:
-        return ""
-    fields = stat[stat.rfind(")") + 2:].split()  # after "PID (name) ": state, ppid, ... starttime
-    return None if fields[0] in "ZX" else fields[19]
-
-
-def _alive(pid, start, host):
-    """Whether the process of a lock ("PID START HOST") still runs; another host's cannot be told: yes."""
-    if host and host != socket.gethostname():
-        return True
-    if not pid.isdigit():
-        return False
-    now = _start_time(int(pid))
-    if now is None:
-        return False
-    if now and start:
-        return now == start
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def claim_out_folder(args, out, lock):
-    """Create --out, take its lock, and check it holds no other run's files (check_out_folder).
-    Returns the folders this made (deepest first), which a run that fails before it writes
-    anything removes again (remove_empty)."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder; give a folder for the run's files")
-    made = [d for d in (out, *out.parents) if not d.exists()]
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"--out {out}: cannot create this folder ({e.strerror}); give a folder you can write "
-                        "to") from None
-    try:
-        lock.acquire()
-        check_out_folder(args, out)
-    except BaseException:
-        lock.release()
-        remove_empty(made)
-        raise
-    return made
-
-
-def remove_empty(folders):
-    """rmdir each folder in turn (deepest first), stopping at the first that is not empty."""
-    for d in folders:
-        try:
-            d.rmdir()
-        except OSError:
-            break
-
-
 def check_inputs(args, env):
     """The checks of flags that need the machine, before anything is written: a usable cache folder
     (--cache-dir, else $PRELUDE_CACHE, else ~/.cache/prelude); --dtype float16 on a CPU warns."""
@@ -428,31 +270,6 @@ def open_run(args, out, stages, env):
         prev = read_checkpoint(stage_file(out, resume["stage_index"] - 1, stages[resume["stage_index"] - 1]),
                                "--resume")
     return resume, list(resume["summaries"]) if resume else [], prev
-
-
-class MetricsLog:
-    """OUT/metrics.jsonl, one JSON event a line (rank 0 only). Opened at the first event or
-    checkpoint, not before: a run that fails before it has anything to record leaves no file.
-    Opening starts the file afresh, or on --resume keeps the events up to the checkpoint."""
-
-    def __init__(self, path, resume, active):
-        self.path, self.resume, self.active, self.f = path, resume, active, None
-
-    def open(self):
-        if self.active and self.f is None:
-            trim_metrics(self.path, self.resume)
-            self.f = open(self.path, "a")
-
-    def write(self, event):
-        if self.active:
-            self.open()
-            self.f.write(json.dumps(event) + "\n")
-            self.f.flush()
-
-    def close(self):
-        if self.f is not None:
-            self.f.close()
-            self.f = None
 
 
 class Interrupted(KeyboardInterrupt):

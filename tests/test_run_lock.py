@@ -1,4 +1,4 @@
-"""One live run per folder (train.RunLock, OUT/.lock): a second process into a folder in use,
+"""One live run per folder (checkpoint.RunLock, OUT/.lock): a second process into a folder in use,
 --resume included, is refused in one line naming the running PID; once the first run ends the
 resume is accepted; the lock of a run killed with -9 is taken over, saying so."""
 import os
