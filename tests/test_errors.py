@@ -177,3 +177,16 @@ def test_experiment_errors_are_one_line(name, argv, capsys, monkeypatch, tmp_pat
     code, lines = one_line_error(capsys, lambda a: common.main_guard(lambda: exp.main(a)),
                                  argv + ["--out", str(tmp_path / "out")])
     assert code != 0 and len(lines) == 1 and "Traceback" not in lines[0], lines
+
+
+@pytest.mark.parametrize("name", ["ladder", "procedural", "data_constrained", "prores"])
+@pytest.mark.parametrize("out", ["/proc/x", "{tmp}/afile/sub"], ids=["proc", "under-a-file"])
+def test_experiment_out_that_cannot_be_written_is_one_line(name, out, capsys, bad_files):
+    """An unusable --out is refused when the flags are parsed, before any run or folder is made."""
+    import importlib
+    from experiments.lib import common
+    exp = importlib.import_module(f"experiments.{name}")
+    code, lines = one_line_error(capsys, lambda a: common.main_guard(lambda: exp.main(a)),
+                                 ["--plan", "--out", out.format(tmp=bad_files)])
+    assert code == 2 and len(lines) == 1 and "--out" in lines[0] and "write" in lines[0], lines
+    assert not (bad_files / "afile").is_dir()
