@@ -733,6 +733,9 @@ def loss_curves(steps, out):
     return curves
 
 
+CURVE_PNG = Path("out") / "bench_curve.png"  # --curve's plot (out/ is ignored by git)
+
+
 def main(argv=None):
     from data.common import ArgumentParser
     p = ArgumentParser(description="Time full training steps of our GPT against the standard "
@@ -764,9 +767,24 @@ def main(argv=None):
     if args.rounds is not None and args.rounds <= 0:
         p.error(f"--rounds must be positive, got {args.rounds}")
     args.rounds = args.rounds or (5 if args.tiny else 3)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        p.error("--device cuda: torch sees no CUDA device; use --device cpu")
-    device = torch.device(args.device)
+    from data.common import UserError
+    from sample import check_device
+    try:
+        device = check_device(args.device)
+    except UserError as e:
+        p.error(str(e))
+    if args.curve < 0:
+        p.error(f"--curve must be 0 (no loss curves) or a positive number of steps, got {args.curve}")
+    if args.curve:  # its plot's folder, before minutes of training
+        from transfer import check_output
+        try:
+            CURVE_PNG.parent.mkdir(exist_ok=True)
+            check_output(CURVE_PNG, "--curve: its plot", example="bench_curve.png")
+        except OSError as e:
+            p.error(f"--curve: cannot make the folder {CURVE_PNG.parent} for its plot ({e.strerror or e}); run "
+                    "bench.py where ./out can be a writable folder")
+        except UserError as e:
+            p.error(str(e))
     if args.tiny:
         if args.tiny_batch <= 0 or args.tiny_seeds <= 0:
             p.error(f"--tiny-batch and --tiny-seeds must be positive, got {args.tiny_batch} and {args.tiny_seeds}")
@@ -848,9 +866,10 @@ def main(argv=None):
             ax.set_ylabel("train loss")
             ax.legend()
             fig.tight_layout()
-            Path("out").mkdir(exist_ok=True)
-            fig.savefig("out/bench_curve.png", dpi=100)
-            print("wrote out/bench_curve.png")
+            tmp = CURVE_PNG.with_name(f".{CURVE_PNG.name}.tmp-{os.getpid()}.png")
+            fig.savefig(tmp, dpi=100)
+            os.replace(tmp, CURVE_PNG)
+            print(f"wrote {CURVE_PNG}")
         except ImportError:
             pass
     if "d64" in shapes:

@@ -4,10 +4,17 @@ strings from procedural and task stages; masked-diffusion (MDLM) checkpoints by 
 unmasking. A [MASK] row (MIR, MDLM) is never emitted.
 
     python sample.py out/run/stage1-prose.pt --prompt "The river" --tokens 200
-    python sample.py out/run/stage0-music.pt --midi sample.mid --tokens 1000
+    python sample.py out/run/stage0-music.pt --tokens 1000      # out/run/stage0-music-sample.mid (+ .png)
+    python sample.py out/run/stage0-music.pt --midi piece.mid --prompt opening.mid   # continues opening.mid
     python sample.py out/mdlm/stage0-prose.pt --tokens 128 --steps 64     # MDLM: 2 tokens a step
+
+A music sample is written beside its checkpoint unless --midi says where. A flag the checkpoint
+would ignore (a text --prompt for music, --steps for an autoregressive model, --midi for text)
+is refused in one line, as is a negative or non-finite --temperature (0 = greedy).
 """
 
+import math
+import os
 import sys
 from pathlib import Path
 
@@ -45,33 +52,72 @@ def generate(model, ck, prompt_ids, n_tokens, samples, temperature, top_k, gen, 
 
 
 def main(argv=None):
-    p = ArgumentParser(description="Sample from a prelude checkpoint (text, MIDI for music stages, token "
+    p = ArgumentParser(prog="sample.py",
+                       description="Sample from a prelude checkpoint (text, MIDI for music stages, token "
                                    "strings for procedural and task stages; MDLM by iterative unmasking).")
     p.add_argument("checkpoint", help="a stage checkpoint (OUT/stage<i>-<name>.pt) or OUT/ckpt.pt")
-    p.add_argument("--prompt", default="\n", help="text prompt (language stages; default: a newline)")
+    p.add_argument("--prompt", default=None,
+                   help="what the sample continues: text for language stages (default: a newline); a .mid file "
+                        "for music stages (default: none, from the start token); token ids separated by spaces "
+                        "for procedural stages, the task's own text (e.g. '12345+54321=') for task stages "
+                        "(default: id 0); MDLM checkpoints take none")
     p.add_argument("--tokens", type=int, default=200, help="tokens to generate (default: %(default)s)")
     p.add_argument("--samples", type=int, default=1, help="how many samples (default: %(default)s)")
-    p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default: %(default)s)")
-    p.add_argument("--top-k", type=int, default=200, help="sample among the k most likely tokens (0 = all)")
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="softmax temperature, zero or more; 0 = greedy (always the most likely token) "
+                        "(default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="autoregressive checkpoints: sample among the k most likely tokens (0 = all; default 200)")
     p.add_argument("--steps", type=int, default=None,
                    help="MDLM checkpoints: unmasking steps (default: one per token; fewer reveal several at once)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--midi", default=None,
-                   help="music stages: write the sample(s) to this .mid path, and beside each a piano-roll .png "
-                        "(pitch against time, velocity as shade)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--cache-dir", default=None, help="the prepared-data cache (for the tokenizer files)")
+    p.add_argument("--midi", "--out", dest="midi", default=None, metavar="PATH",
+                   help="music stages: write the sample(s) to this .mid path (a folder: CKPT-sample.mid in it), "
+                        "and beside each a piano-roll .png (pitch against time, velocity as shade); default: "
+                        "beside the checkpoint, <checkpoint>-sample.mid")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--cache-dir", default=None,
+                   help="text stages: the prepared-data cache, for the GPT-2 tokenizer files "
+                        "(default: $PRELUDE_CACHE or ~/.cache/prelude)")
     args = p.parse_args(argv)
     for flag in ("tokens", "samples", "steps"):
         if getattr(args, flag) is not None and getattr(args, flag) <= 0:
             p.error(f"--{flag} must be positive, got {getattr(args, flag)}")
-    if args.midi and not Path(args.midi).resolve().parent.is_dir():
-        p.error(f"--midi {args.midi}: no folder {Path(args.midi).parent}; create it or give another path")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        p.error(f"--temperature must be a finite number, zero or more (0 = greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 0:
+        p.error(f"--top-k must be zero (all tokens) or positive, got {args.top_k}")
+    if not -2 ** 63 <= args.seed < 2 ** 64:
+        p.error(f"--seed {args.seed} is out of range; give a seed from 0 to 2**64 - 1")
     try:
+        check_device(args.device)
+        if args.midi is not None:  # a path the user gave: checked before the checkpoint is read
+            music_output(args.midi, args.checkpoint)
         sample(args)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"sample.py: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
+
+
+def check_device(name, flag="--device"):
+    """A device the user named must exist here: a UserError of one line naming the fix, not a
+    RuntimeError (or a misleading 'not a readable checkpoint') later."""
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise UserError(f"{flag} {name!r}: not a device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"{flag} {name}: torch sees no CUDA device; use {flag} cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UserError(f"{flag} {name}: torch sees {torch.cuda.device_count()} CUDA device(s); use cuda:0 .. "
+                            f"cuda:{torch.cuda.device_count() - 1} or cpu")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise UserError(f"{flag} {name}: torch sees no MPS device; use {flag} cpu")
+    elif dev.type != "cpu":
+        raise UserError(f"{flag} {name}: not a supported device; use cpu, cuda or cuda:N")
+    return dev
 
 
 def write_piano_roll(notes, path, title="", ax=None):
@@ -107,37 +153,162 @@ def write_piano_roll(notes, path, title="", ax=None):
 def sample(args):
     model, ck = load_model(args.checkpoint, args.device)
     tokenizer = ck.get("tokenizer") or {50257: "gpt2", 160: "midi-events-160"}.get(real_vocab(ck))
+    kind = {"gpt2": "text", "midi-events-160": "music"}.get(tokenizer) or \
+        ("task" if str(tokenizer).startswith("tasks-") else "ids")
+    check_flags(args, model, kind)  # a flag this checkpoint would ignore, before any work
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
-    top_k = args.top_k or None
-    if tokenizer == "gpt2":
-        from data.common import cache_dir
-        from data.text import gpt2_encoding
-        enc = gpt2_encoding(cache_dir(args.cache_dir))
-        ids = enc.encode(args.prompt, allowed_special={"<|endoftext|>"}) or [enc.eot_token]
+    top_k = 200 if args.top_k is None else (args.top_k or None)
+    if kind == "text":
+        enc = text_encoding(args.cache_dir)
+        prompt = "\n" if args.prompt is None else args.prompt
+        ids = enc.encode(prompt, allowed_special={"<|endoftext|>"}) or [enc.eot_token]
         for row in generate(model, ck, ids, args.tokens, args.samples, args.temperature, top_k, gen, args.steps).tolist():
             print(enc.decode(row))
             print("-" * 60)
         return
-    if tokenizer == "midi-events-160":
+    if kind == "music":
         from data import music
         from data.midi import midi_to_notes
-        y = generate(model, ck, [music.BOS], args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
-        out = Path(args.midi or "sample.mid")
+        out = music_output(args.midi, args.checkpoint)  # refused before sampling, not after
+        ids = music_prompt(args.prompt)
+        y = generate(model, ck, ids, args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
         for i, row in enumerate(y.tolist()):
-            path = out if args.samples == 1 else out.with_name(f"{out.stem}-{i}{out.suffix or '.mid'}")
+            path = out if args.samples == 1 else out.with_name(f"{out.stem}-{i}{out.suffix}")
             mid = music.decode(row)
-            mid.save(path)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            mid.save(tmp)
+            os.replace(tmp, path)
             notes = sum(1 for t in mid.tracks for m in t if m.type == "note_on" and m.velocity > 0)
             roll = write_piano_roll(midi_to_notes(path), path.with_suffix(".png"), f"sampled: {path.name}")
             print(f"wrote {path}: {notes} notes, {mid.length:.1f} s (piano roll: {roll})")
         return
     # procedural / task / other vocabularies: the ids, decoded where the stage's module can
     decode = None
-    if str(tokenizer).startswith("tasks-"):
+    if kind == "task":
         from data.tasks import decode
-    y = generate(model, ck, [0], args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
+        ids = [0] if args.prompt is None else task_prompt(args.prompt)
+    else:
+        ids = [0] if args.prompt is None else id_prompt(args.prompt, real_vocab(ck))
+    y = generate(model, ck, ids, args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
     for row in y.tolist():
         print(decode(row) if decode else " ".join(map(str, row)))
+
+
+def check_flags(args, model, kind):
+    """The flags this checkpoint would otherwise ignore without a word are refused, each in one line."""
+    ckpt = args.checkpoint
+    if not model.config.causal:
+        if args.prompt is not None:
+            raise UserError(f"--prompt: {ckpt} is an MDLM checkpoint, which samples without a prompt (it unmasks "
+                            "from all [MASK]); leave out --prompt")
+        if args.top_k is not None:
+            raise UserError(f"--top-k: {ckpt} is an MDLM checkpoint, which samples from every token; leave out --top-k")
+        if args.tokens > model.config.block_size:
+            raise UserError(f"--tokens {args.tokens}: {ckpt} is an MDLM checkpoint, which samples at most its context "
+                            f"of {model.config.block_size} tokens at once; give --tokens {model.config.block_size} "
+                            "or fewer")
+    elif args.steps is not None:
+        raise UserError(f"--steps: {ckpt} is autoregressive (one token a step); --steps is for MDLM checkpoints: "
+                        "leave it out")
+    if args.midi is not None and kind != "music":
+        raise UserError(f"--midi {args.midi}: {ckpt} is not a music checkpoint (its samples are printed); leave out "
+                        "--midi")
+
+
+def text_encoding(cache):
+    """The GPT-2 encoding, its files from the cache folder: an unusable folder is a UserError."""
+    from data.common import cache_dir
+    from data.text import gpt2_encoding
+    name = f"--cache-dir {cache}" if cache else "the cache folder ($PRELUDE_CACHE or ~/.cache/prelude)"
+    try:
+        folder = cache_dir(cache)
+    except OSError as e:
+        raise UserError(f"{name}: cannot create or use it as a folder ({e.strerror or e}); give --cache-dir a "
+                        "writable folder") from None
+    try:
+        return gpt2_encoding(folder)
+    except OSError as e:
+        raise UserError(f"{name}: cannot write the GPT-2 tokenizer files in {folder} ({e.strerror or e}); give "
+                        "--cache-dir a writable folder") from None
+
+
+def music_output(midi, checkpoint):
+    """Where a music sample goes: --midi PATH (a folder: <checkpoint>-sample.mid in it), by default
+    beside the checkpoint; a path without a suffix gets .mid. Checked writable (one line if not)."""
+    from transfer import check_output
+    name = f"{Path(checkpoint).stem}-sample.mid"
+    if midi is not None and not str(midi).strip():
+        raise UserError(f"--midi: an empty path; give a file such as {name}, or leave out --midi to write it "
+                        "beside the checkpoint")
+    out = Path(checkpoint).parent / name if midi is None else Path(midi)
+    if midi is not None and out.is_dir():
+        out = out / name
+    if not out.suffix:
+        out = out.with_suffix(".mid")
+    if midi is not None:
+        return check_output(out, "--midi", example=name)
+    try:
+        return check_output(out, "output", example=name)
+    except UserError as e:
+        raise UserError(f"{e} (the default, beside the checkpoint), or give --midi PATH") from None
+
+
+def music_prompt(prompt):
+    """[BOS] and the tokens of the .mid file a music sample continues (none: [BOS] alone); text,
+    a missing or unreadable file is a UserError saying what a music checkpoint takes."""
+    from data.midi import BOS, MidiError, encode
+    if prompt is None:
+        return [BOS]
+    takes = "a music checkpoint takes a .mid file to continue (--prompt piece.mid), or no --prompt (it starts " \
+            "from the start token)"
+    path = Path(prompt)
+    if not path.is_file():
+        if path.suffix.lower() in (".mid", ".midi"):
+            raise UserError(f"--prompt {prompt}: no such file; {takes}")
+        raise UserError(f"--prompt {prompt!r}: a music checkpoint cannot encode text; it takes a .mid file to "
+                        "continue (--prompt piece.mid), or no --prompt (it starts from the start token)")
+    try:
+        tokens = encode(path)
+    except (MidiError, OSError):
+        raise UserError(f"--prompt {prompt}: not a readable MIDI file; {takes}") from None
+    if not tokens:
+        raise UserError(f"--prompt {prompt}: the MIDI file has no notes to continue; {takes}")
+    return [BOS] + list(tokens)
+
+
+def task_prompt(text):
+    """Token ids of a task stage's text, as data.tasks.decode writes it ('12345+54321=', 'k3 v17 ? k3')."""
+    import re
+    from data.tasks import KEY0, N_KEYS, N_VALUES, SYMBOLS, VAL0
+    single = {c: i for i, c in enumerate(SYMBOLS) if len(c) == 1}
+    takes = (f"it takes the digits, {' '.join(c for c in single if not c.isdigit())}, keys k0..k"
+             f"{N_KEYS - 1} and values v1..v{N_VALUES}, e.g. '12345+54321=' or 'k3 v17 k8 v2 ? k3'")
+    ids = []
+    for m in re.finditer(r"\s+|k(\d+)|v(\d+)|(.)", text):
+        key, value, char = m.groups()
+        if key is not None and int(key) < N_KEYS:
+            ids.append(KEY0 + int(key))
+        elif value is not None and 1 <= int(value) <= N_VALUES:
+            ids.append(VAL0 + int(value) - 1)
+        elif char in single:
+            ids.append(single[char])
+        elif not m.group().isspace():
+            raise UserError(f"--prompt {text!r}: a task checkpoint cannot encode {m.group()!r}; {takes}")
+    if not ids:
+        raise UserError(f"--prompt {text!r}: a task checkpoint needs at least one token; {takes}")
+    return ids
+
+
+def id_prompt(text, vocab):
+    """Token ids separated by spaces (or commas), each below the checkpoint's vocabulary."""
+    takes = f"this checkpoint (vocabulary {vocab}) takes token ids separated by spaces, each from 0 to {vocab - 1}"
+    words = text.replace(",", " ").split()
+    if not words:
+        raise UserError(f"--prompt {text!r}: no ids; {takes}")
+    bad = next((w for w in words if not (w.isascii() and w.isdigit() and int(w) < vocab)), None)
+    if bad is not None:
+        raise UserError(f"--prompt {text!r}: cannot encode {bad!r}; {takes}")
+    return [int(w) for w in words]
 
 
 if __name__ == "__main__":

@@ -524,6 +524,9 @@ def read_runs(path):
         raise UserError(f"{path}: permission denied; make the file readable") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise UserError(f"{path}: not a readable CSV ({e}); give a text CSV with {EXPECTED}") from None
+    except OSError as e:  # e.g. a device or /proc file that cannot be read
+        raise UserError(f"{path}: cannot read it ({e.strerror or e}); give the path of a CSV file with "
+                        f"{EXPECTED}") from None
     if not rows:
         raise UserError(f"{path}: the file is empty; it needs {EXPECTED}")
     header = [h.strip() for h in rows[0][1]]
@@ -580,10 +583,8 @@ def cmd_compare(args):
     N, U, D, L = r["N"], r["U"], r["D"], r["loss"]
     for law in LAWS:
         _enough(args.csv, len(N), law)
-    if args.png:  # fail before the fits, not after
-        folder = os.path.dirname(os.path.abspath(args.png))
-        if not os.path.isdir(folder):
-            raise UserError(f"--png {args.png}: no folder {folder}; create it or choose another path")
+    if args.png is not None:  # fail before the fits, not after
+        check_png(args.png)
     budgets = np.unique(U)
     print(f"{len(N)} runs, N {N.min():.3g}..{N.max():.3g}, "
           f"{len(budgets)} budgets U {budgets.min():.3g}..{budgets.max():.3g}")
@@ -607,9 +608,24 @@ def cmd_compare(args):
             x = extrapolate(law, N, U, D, L)
             ext = f"{x.rmse:9.5f} {x.mae:8.5f}"
         print(f"{law:<16} {f.rmse:8.5f} {f.mae:8.5f} {ext} {fan(f.predict(N, U, D)):>8}  {_fmt(f.params)}")
-    if args.png:
+    if args.png is not None:
         plot(N, U, D, L, fits, args.png)
         print(f"wrote {args.png}")
+
+
+IMAGE_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")
+
+
+def check_png(path):
+    """--png PATH must name an image file (.png, .pdf, .svg, .jpg) in a folder where a file can be
+    written: a UserError of one line before any fit (matplotlib would append .png to a path
+    without one, and fail on an unknown suffix only after the fits)."""
+    from transfer import check_output
+    fmt = os.path.splitext(str(path))[1].lower().lstrip(".")
+    if str(path).strip() and not os.path.isdir(path) and fmt not in IMAGE_FORMATS:
+        raise UserError(f"--png {path}: {'no' if not fmt else 'an unknown'} image suffix; end the path in .png "
+                        f"(or .{', .'.join(IMAGE_FORMATS[1:])})")
+    check_output(path, "--png", example="laws.png")
 
 
 def plot(N, U, D, L, fits, path):
@@ -641,14 +657,18 @@ def plot(N, U, D, L, fits, path):
         axes[0, j].xaxis.set_tick_params(labelbottom=True)
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp-{os.getpid()}")
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(tmp, dpi=110, format=os.path.splitext(str(path))[1].lstrip(".").lower() or "png")
+        os.replace(tmp, path)
     except OSError as e:
         raise UserError(f"--png {path}: cannot write it ({e.strerror or e}); choose a writable path") from None
     except ValueError as e:  # e.g. an extension matplotlib has no writer for
         raise UserError(f"--png {path}: {e}; end the path in .png") from None
     finally:
         plt.close(fig)
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
 
 
 def main(argv=None):

@@ -83,7 +83,7 @@ def transfer(src_state, dst_model, groups, shared_rows=False):
     if tied and (("embed" in groups) != ("head" in groups)):
         raise ValueError("this model ties the LM head to the token embedding (one tensor): transfer "
                          "'embed' and 'head' together or neither, or train with --no-tie")
-    copied, skipped, problems = [], [], []
+    copied, skipped, problems, misfits = [], [], [], []
     for name, p in dst_model.named_parameters():  # a tied head appears once, as the embedding
         if group_of(name) not in groups:
             skipped.append(name)
@@ -92,6 +92,7 @@ def transfer(src_state, dst_model, groups, shared_rows=False):
         rows_only = src is not None and src.shape[1:] == p.shape[1:] and src.shape[0] != p.shape[0]
         if src is None:
             problems.append(f"{name}: not in the source weights")
+            misfits.append((name, None, tuple(p.shape), ""))
         elif src.shape == p.shape:
             p.copy_(src)
             copied.append(name)
@@ -104,9 +105,21 @@ def transfer(src_state, dst_model, groups, shared_rows=False):
             copied.append(name)
         else:
             problems.append(f"{name}: source {tuple(src.shape)} vs destination {tuple(p.shape)}" + _why(name, rows_only))
+            misfits.append((name, tuple(src.shape), tuple(p.shape), _why(name, rows_only)))
     if problems:
-        raise ValueError("cannot transfer groups %s:\n  %s" % (list(groups), "\n  ".join(problems)))
+        raise TransferError("cannot transfer groups %s:\n  %s" % (list(groups), "\n  ".join(problems)),
+                            misfits)
     return {"groups": list(groups), "copied": copied, "skipped": skipped}
+
+
+class TransferError(ValueError):
+    """transfer()'s error: its message lists every tensor that does not fit; `misfits` holds them
+    as (name, source shape or None when the source lacks it, destination shape, why) for callers
+    that say it shorter (transfer.py merge)."""
+
+    def __init__(self, message, misfits=()):
+        super().__init__(message)
+        self.misfits = list(misfits)
 
 
 def _why(name, rows_only):
@@ -155,7 +168,9 @@ def merge_checkpoints(paths_by_group, base=None):
     """{group: checkpoint path} -> a checkpoint dict whose weights take each group from its
     checkpoint; the groups no path names come from `base` (default: the first path given). All
     checkpoints must share the architecture of the vocabulary-independent groups: a tensor that
-    does not fit is a ValueError naming the file it came from and the base it did not fit."""
+    does not fit, or one of the group's tensors that the base model has no place for (a deeper
+    source), is a ValueError of one short line naming the file it came from, the base it did not
+    fit, a few of the tensors with their shapes, how many more, and the fix."""
     from checkpoint import load_model, read_checkpoint
     from data.common import UserError
     cks = {g: read_checkpoint(p, f"--{g}") for g, p in paths_by_group.items()}
@@ -168,25 +183,83 @@ def merge_checkpoints(paths_by_group, base=None):
         model = load_model(base_ck)[0]
     except UserError as e:
         raise UserError(f"{base_flag} {base_path}: {e}") from None
+    own = model.state_dict()
     for g, ck in cks.items():
+        where = f"--{g} {paths_by_group[g]}"
+        if f"--{g}" != base_flag:
+            where += f" does not fit the base model ({base_flag} {base_path})"
         try:
             transfer(ck["model"], model, [g])
+        except TransferError as e:
+            raise ValueError(f"{where}: {_short_misfits(g, e.misfits)}") from None
         except ValueError as e:
-            raise ValueError(f"--{g} {paths_by_group[g]} does not fit the base model ({base_flag} {base_path}): "
-                             f"{e}") from None
+            raise ValueError(f"{where}: {e}") from None
+        extra = [(k, tuple(v.shape), None, "") for k, v in ck["model"].items() if k not in own and _group(k) == g]
+        if extra:
+            raise ValueError(f"{where}: {_short_misfits(g, extra)}")
     return {"model": model.state_dict(), "model_config": base_ck["model_config"],
             "tokenizer": base_ck.get("tokenizer"), "stage": "merge",
             "merged_from": {g: str(p) for g, p in paths_by_group.items()}}
 
 
-def check_output(path):
-    """-o PATH must lie in an existing folder: a UserError of one line before any work, not
-    torch's RuntimeError after it."""
+SHOWN = 3  # tensors a merge error names; the rest are counted
+
+
+def _group(name):
+    try:
+        return group_of(name)
+    except KeyError:  # a buffer (e.g. residual_scale): in no group
+        return None
+
+
+def _short_misfits(group, misfits):
+    """One short sentence of (name, source shape, base shape, why) tuples: the first SHOWN
+    tensors with their shapes, the count of the rest, and the way out."""
+    def one(name, src, dst, _):
+        return f"{name} {'missing' if src is None else src} vs {'none' if dst is None else dst}"
+    shown = ", ".join(one(*m) for m in misfits[:SHOWN])
+    more = f" and {len(misfits) - SHOWN} more" if len(misfits) > SHOWN else ""
+    whys = {m[3] for m in misfits}
+    if any("vocabularies" in w for w in whys):
+        fix = "the vocabularies differ: take embed and head from the base (leave out --embed and --head)"
+    elif any("context" in w for w in whys):
+        fix = "its context is shorter than the base's: leave out --pos, or make the shorter-context checkpoint --base"
+    elif any(m[1] is None or m[2] is None for m in misfits):
+        fix = "the models differ in depth: merge checkpoints with the same --n-layer"
+    else:
+        fix = "merge checkpoints of one architecture (the same --n-layer, --n-embd and --n-head)"
+    n = len(misfits)
+    return (f"{n} {group} tensor{'s' if n > 1 else ''} do{'' if n > 1 else 'es'} not fit (its shape vs the base's): "
+            f"{shown}{more}; {fix}")
+
+
+def check_output(path, flag="-o", example="merged.pt"):
+    """An output path the user gave (`flag` names it) must be usable: not empty, not a folder, in
+    an existing folder where a file can be created (tried, then removed). A UserError of one line
+    before any work, not an OSError (or torch's RuntimeError) after it. Returns the Path."""
     import os
+    import tempfile
+    from pathlib import Path
     from data.common import UserError
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UserError(f"-o {path}: no folder {folder}; create it or choose another path")
+    if not str(path).strip():
+        raise UserError(f"{flag}: an empty path; give a file such as {example}")
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder; give a file path such as {path / example}")
+    folder = path.absolute().parent
+    if not folder.exists():
+        raise UserError(f"{flag} {path}: no folder {folder}; create it or choose another path")
+    if not folder.is_dir():
+        raise UserError(f"{flag} {path}: {folder} is a file, not a folder; choose another path")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.probe-"):
+            pass
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e}); choose a writable "
+                        "folder") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UserError(f"{flag} {path}: the file is read-only; choose another path or make it writable")
+    return path
 
 
 def write_merged(path, ck):
