@@ -621,7 +621,7 @@ def where_things_are(out, stages, last_info):
     (a music stage samples into a MIDI file; last_info: that stage's corpus manifest, if loaded)."""
     last = stage_file(out, len(stages) - 1, stages[-1])
     music = (last_info.get("tokenizer") or "" if last_info is not None else stages[-1]).startswith(("midi", "music"))
-    what = "--midi piece.mid --tokens 1000" if music else '--prompt "..." --tokens 100'
+    what = "--tokens 1000  # writes <checkpoint>-sample.mid beside it" if music else '--prompt "..." --tokens 100'
     return (f"\nthe run's files are in {out}/ (summary.json, metrics.jsonl{', loss.png' if (out / 'loss.png').exists() else ''}, "
             f"stage checkpoints); sample from its last stage:\n  python sample.py {last} {what}")
 
