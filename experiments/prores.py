@@ -159,8 +159,9 @@ def plan(a):
     phases += [("measurement", measure_runs(a, a.lr, a.depths))] if "auto" not in (a.lr, a.depths) else []
     for name, runs in phases:
         todo = [r for r in runs if not is_finished(r.folder)]
+        print("\n".join(f"  {r.name:<36} {r.meta.get('iters', '')} steps  ~{cpu_s(r) / 60:5.1f} min" for r in runs))
         print(f"{name}: {len(runs)} runs ({len(runs) - len(todo)} finished), ~{sum(map(cpu_s, todo)) / 60 / a.jobs:.0f}"
-              f" min with --jobs {a.jobs}: " + ", ".join(r.name for r in runs))
+              f" min with --jobs {a.jobs}")
         print("  " + (pace_line(runs, cpu_s, sum(map(cpu_s, todo)), a.jobs) or "no finished run to measure the pace"))
     if not phases or phases[-1][0] == "scan":
         print(f"measurement: at the point the scan picks, {len(a.norms) * 2 * a.seeds} runs per depth")
