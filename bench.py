@@ -767,8 +767,8 @@ def main(argv=None):
     if args.rounds is not None and args.rounds <= 0:
         p.error(f"--rounds must be positive, got {args.rounds}")
     args.rounds = args.rounds or (5 if args.tiny else 3)
-    from data.common import UserError
-    from sample import check_device
+    from data.common import UserError, check_output
+    from checkpoint import check_device
     try:
         device = check_device(args.device)
     except UserError as e:
@@ -776,7 +776,6 @@ def main(argv=None):
     if args.curve < 0:
         p.error(f"--curve must be 0 (no loss curves) or a positive number of steps, got {args.curve}")
     if args.curve:  # its plot's folder, before minutes of training
-        from transfer import check_output
         try:
             CURVE_PNG.parent.mkdir(exist_ok=True)
             check_output(CURVE_PNG, "--curve: its plot", example="bench_curve.png")

@@ -129,6 +129,27 @@ def trim_metrics(path, resume):
     atomic_write_bytes(path, "".join(keep).encode())
 
 
+def check_device(name, flag="--device"):
+    """A device the user named must exist here: a UserError of one line naming the fix, not a
+    RuntimeError (or a misleading 'not a readable checkpoint') later."""
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise UserError(f"{flag} {name!r}: not a device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"{flag} {name}: torch sees no CUDA device; use {flag} cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UserError(f"{flag} {name}: torch sees {torch.cuda.device_count()} CUDA device(s); use cuda:0 .. "
+                            f"cuda:{torch.cuda.device_count() - 1} or cpu")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise UserError(f"{flag} {name}: torch sees no MPS device; use {flag} cpu")
+    elif dev.type != "cpu":
+        raise UserError(f"{flag} {name}: not a supported device; use cpu, cuda or cuda:N")
+    return dev
+
+
 # ---------------------------------------------------------------------------------------------
 # the run folder: one live run per --out, nothing left behind by a run that failed before it wrote
 

@@ -22,8 +22,8 @@ import torch
 
 import diffusion
 import checkpoint
-from checkpoint import read_checkpoint
-from data.common import ArgumentParser, UserError
+from checkpoint import check_device, read_checkpoint
+from data.common import ArgumentParser, UserError, check_output
 
 
 def load_model(path, device="cpu", flag="checkpoint"):
@@ -97,27 +97,6 @@ def main(argv=None):
     except UserError as e:
         print(f"sample.py: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
-
-
-def check_device(name, flag="--device"):
-    """A device the user named must exist here: a UserError of one line naming the fix, not a
-    RuntimeError (or a misleading 'not a readable checkpoint') later."""
-    try:
-        dev = torch.device(name)
-    except (RuntimeError, TypeError):
-        raise UserError(f"{flag} {name!r}: not a device; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(f"{flag} {name}: torch sees no CUDA device; use {flag} cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise UserError(f"{flag} {name}: torch sees {torch.cuda.device_count()} CUDA device(s); use cuda:0 .. "
-                            f"cuda:{torch.cuda.device_count() - 1} or cpu")
-    elif dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise UserError(f"{flag} {name}: torch sees no MPS device; use {flag} cpu")
-    elif dev.type != "cpu":
-        raise UserError(f"{flag} {name}: not a supported device; use cpu, cuda or cuda:N")
-    return dev
 
 
 def write_piano_roll(notes, path, title="", ax=None):
@@ -220,11 +199,7 @@ def text_encoding(cache):
     from data.common import cache_dir
     from data.text import gpt2_encoding
     name = f"--cache-dir {cache}" if cache else "the cache folder ($PRELUDE_CACHE or ~/.cache/prelude)"
-    try:
-        folder = cache_dir(cache)
-    except OSError as e:
-        raise UserError(f"{name}: cannot create or use it as a folder ({e.strerror or e}); give --cache-dir a "
-                        "writable folder") from None
+    folder = cache_dir(cache)  # (an unusable one: a UserError of one line)
     try:
         return gpt2_encoding(folder)
     except OSError as e:
@@ -235,7 +210,6 @@ def text_encoding(cache):
 def music_output(midi, checkpoint):
     """Where a music sample goes: --midi PATH (a folder: <checkpoint>-sample.mid in it), by default
     beside the checkpoint; a path without a suffix gets .mid. Checked writable (one line if not)."""
-    from transfer import check_output
     name = f"{Path(checkpoint).stem}-sample.mid"
     if midi is not None and not str(midi).strip():
         raise UserError(f"--midi: an empty path; give a file such as {name}, or leave out --midi to write it "

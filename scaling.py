@@ -76,7 +76,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from data.common import ArgumentParser, UserError
+from data.common import ArgumentParser, UserError, check_output
 
 # -----------------------------------------------------------------------------
 # The laws, as the module docstring writes them (numpy, natural parameters)
@@ -620,7 +620,6 @@ def check_png(path):
     """--png PATH must name an image file (.png, .pdf, .svg, .jpg) in a folder where a file can be
     written: a UserError of one line before any fit (matplotlib would append .png to a path
     without one, and fail on an unknown suffix only after the fits)."""
-    from transfer import check_output
     fmt = os.path.splitext(str(path))[1].lower().lstrip(".")
     if str(path).strip() and not os.path.isdir(path) and fmt not in IMAGE_FORMATS:
         raise UserError(f"--png {path}: {'no' if not fmt else 'an unknown'} image suffix; end the path in .png "

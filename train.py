@@ -35,9 +35,10 @@ import mir
 import prores
 import transfer
 from batches import get_batch, load_corpus, row_generators, stage_iters, task_accuracy, unigram_perplexity
-from checkpoint import (MetricsLog, RunLock, check_resume_args, claim_out_folder, load_model, load_state_checked,
-                        model_config, read_checkpoint, remove_empty, save_checkpoint, stage_file)
-from data.common import UserError, atomic_write_bytes
+from checkpoint import (MetricsLog, RunLock, check_device, check_resume_args, claim_out_folder, load_model,
+                        load_state_checked, model_config, read_checkpoint, remove_empty, save_checkpoint,
+                        stage_file)
+from data.common import UserError, atomic_write_bytes, cache_dir
 from flags import parse_args
 from model import GPT, GPTConfig
 
@@ -118,8 +119,7 @@ def setup_distributed(args):
     world = int(os.environ.get("WORLD_SIZE", 1))
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     dev = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    if dev.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda was asked for, but torch sees no CUDA device; use --device cpu")
+    check_device(dev)
     if dev == "cuda":
         dev = f"cuda:{local_rank}" if world > 1 else "cuda"
     device = torch.device(dev)
@@ -232,19 +232,7 @@ def check_inputs(args, env):
     (--cache-dir, else $PRELUDE_CACHE, else ~/.cache/prelude); --dtype float16 on a CPU warns."""
     if env.device.type == "cpu" and args.dtype == "float16" and env.master:
         print(FLOAT16_ON_CPU, file=sys.stderr)
-    raw = args.cache_dir or os.environ.get("PRELUDE_CACHE")
-    what = (f"--cache-dir {raw}" if args.cache_dir else f"$PRELUDE_CACHE {raw}" if raw else
-            f"the cache folder {Path.home() / '.cache' / 'prelude'}")
-    path = Path(raw or Path.home() / ".cache" / "prelude").expanduser()
-    fix = "give --cache-dir a folder you can write to (prepared corpora are kept there)"
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{what} is a file, not a folder; {fix}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"{what}: cannot create this folder ({e.strerror}); {fix}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UserError(f"{what}: this folder is not writable; {fix}")
+    cache_dir(args.cache_dir)
 
 
 def open_run(args, out, stages, env):

@@ -233,39 +233,10 @@ def _short_misfits(group, misfits):
             f"{shown}{more}; {fix}")
 
 
-def check_output(path, flag="-o", example="merged.pt"):
-    """An output path the user gave (`flag` names it) must be usable: not empty, not a folder, in
-    an existing folder where a file can be created (tried, then removed). A UserError of one line
-    before any work, not an OSError (or torch's RuntimeError) after it. Returns the Path."""
-    import os
-    import tempfile
-    from pathlib import Path
-    from data.common import UserError
-    if not str(path).strip():
-        raise UserError(f"{flag}: an empty path; give a file such as {example}")
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{flag} {path}: is a folder; give a file path such as {path / example}")
-    folder = path.absolute().parent
-    if not folder.exists():
-        raise UserError(f"{flag} {path}: no folder {folder}; create it or choose another path")
-    if not folder.is_dir():
-        raise UserError(f"{flag} {path}: {folder} is a file, not a folder; choose another path")
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.probe-"):
-            pass
-    except OSError as e:
-        raise UserError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e}); choose a writable "
-                        "folder") from None
-    if path.exists() and not os.access(path, os.W_OK):
-        raise UserError(f"{flag} {path}: the file is read-only; choose another path or make it writable")
-    return path
-
-
 def write_merged(path, ck):
     """save_checkpoint, with a path the user gave: an unwritable path is a UserError of one line."""
     from checkpoint import save_checkpoint
-    from data.common import UserError
+    from data.common import UserError, check_output
     check_output(path)
     try:
         save_checkpoint(path, ck)
@@ -274,7 +245,7 @@ def write_merged(path, ck):
 
 
 def main(argv=None):
-    from data.common import ArgumentParser, UserError
+    from data.common import ArgumentParser, UserError, check_output
     p = ArgumentParser(prog="transfer.py", description="Weight surgery on train.py checkpoints.")
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("merge", help="take each parameter group from a chosen checkpoint "

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import urllib.request
 from dataclasses import dataclass, field
@@ -58,16 +59,52 @@ class Corpus:
 
 
 def cache_dir(override=None):
-    """The cache folder: the argument, else $PRELUDE_CACHE, else ~/.cache/prelude."""
-    path = override or os.environ.get("PRELUDE_CACHE") or Path.home() / ".cache" / "prelude"
-    path = Path(path).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    """The cache folder: the argument (--cache-dir), else $PRELUDE_CACHE, else ~/.cache/prelude, created
+    if need be; one that cannot be a writable folder is a UserError naming the setting and the fix."""
+    raw = override or os.environ.get("PRELUDE_CACHE")
+    what = (f"--cache-dir {raw}" if override else f"$PRELUDE_CACHE {raw}" if raw else
+            f"the cache folder {Path.home() / '.cache' / 'prelude'}")
+    path = Path(raw or Path.home() / ".cache" / "prelude").expanduser()
+    fix = "give --cache-dir a folder you can write to (it keeps the prepared corpora; any writable folder will do)"
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} is a file, not a folder; {fix}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{what}: cannot create this folder ({e.strerror or e}); {fix}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{what}: this folder is not writable; {fix}")
     return path
 
 
 def _tmp_name(path):
     path = Path(path)
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def check_output(path, flag="-o", example="merged.pt"):
+    """An output path the user gave (`flag` names it) must be usable: not empty, not a folder, in
+    an existing folder where a file can be created (tried, then removed). A UserError of one line
+    before any work, not an OSError (or torch's RuntimeError) after it. Returns the Path."""
+    if not str(path).strip():
+        raise UserError(f"{flag}: an empty path; give a file such as {example}")
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path}: is a folder; give a file path such as {path / example}")
+    folder = path.absolute().parent
+    if not folder.exists():
+        raise UserError(f"{flag} {path}: no folder {folder}; create it or choose another path")
+    if not folder.is_dir():
+        raise UserError(f"{flag} {path}: {folder} is a file, not a folder; choose another path")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.probe-"):
+            pass
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e}); choose a writable "
+                        "folder") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UserError(f"{flag} {path}: the file is read-only; choose another path or make it writable")
+    return path
 
 
 def atomic_write_bytes(path, data):
