@@ -18,8 +18,8 @@ mask[i, j] = 1 iff token j of row i is a target whose loss counts. Layouts (defa
     union                     x1 + SEP + x2 + SEP + set(x1 + x2), |xi| = L/2 S = 2L+2 = 130
     delete  (delete.py)       x + SEP + r + SEP + x without the FIRST r     S = 2L+3 = 131
     stack   (stack.py)        ops + SEP + final stack, top first            S = 2L+1 = 129
-  k-DYCK: openers 0..k-1, closers k..2k-1, PAD = 2k (vocabulary 2k+1), k = 64, loss on every
-    token; S = `length`, default 128 here (the authors use 2048: ours must fit a CPU context).
+  k-DYCK: openers 0..k-1, closers k..2k-1, PAD = 2k (vocabulary 2k+1), k = 16, loss on every
+    token; S = `length`, default 128 (the authors' script for their 2_4_16 model; 2,048 for 12_12_768).
   k-DYCK SHUFFLE: the same tokens, k types each balanced on its own, total depth <= 16.
   eca110 (our layout): `rows` rows of a binary state of width w, cells 0/1, SEP = 2 between
     rows, PAD = 3 (vocabulary 4); row 0 random, row r+1 = Rule 110 of row r on a ring (periodic
@@ -29,6 +29,7 @@ mask[i, j] = 1 iff token j of row i is a target whose loss counts. Layouts (defa
 non-PAD tokens permuted within each row; the loss mask stays where it was (on the answer span).
 `mixture("dyck+stack", n, seed)` mixes kinds in one shared token space (see `mixture_layout`);
 `load_procedural(spec, cache, ...)` is the loader for the stage `procedural:SPEC`.
+`entropy(kind, shuffled)`: the exact mean entropy per loss-counted token, the floor of the val loss.
 
 Speed (this shared 2-core machine, 100k rows): 0.1-2 s per kind (Dyck shuffle and stack the
 slowest), about 1-2 s more for the shuffled control; the generators loop over positions (stack,
@@ -45,10 +46,12 @@ KINDS = ("identity", "reverse", "sort", "set", "union", "delete", "stack", "dyck
 SEQ_KINDS = KINDS[:7]                      # the reference layout: x + SEP + f(x)
 FAMILIES = ("seq", "dyck", "eca")          # token families, in the order of the shared space
 DEFAULTS = {**{k: dict(L=64, V=100) for k in SEQ_KINDS},
-            # Dyck: p_open 0.5 as the authors' runs: procedural_pretraining/dyck.py:474-476 (its CLI
-            # default; configs/dyck.yaml sets none) overrides the generator's own 0.49 (procedural_data/dyck.py:27)
-            "dyck": dict(k=64, length=128, p_open=0.5),
-            "dyck_shuffle": dict(k=64, length=128, p_open=0.5, max_depth=16),  # dyck_shuffle.py:27-28
+            # Dyck: k = 16 types in rows of 128 tokens with p_open 0.5, the defaults of the authors' script for
+            # their 2_4_16 diagnostic model (procedural_pretraining/dyck.py:471-480; their yaml's k = 64 with
+            # 2,048-token rows is for 12_12_768); p_open 0.5 overrides the generator's own 0.49
+            # (procedural_data/dyck.py:27)
+            "dyck": dict(k=16, length=128, p_open=0.5),
+            "dyck_shuffle": dict(k=16, length=128, p_open=0.5, max_depth=16),  # dyck_shuffle.py:27-28
             "eca110": dict(width=16, rows=7)}
 SHUFFLED = "-shuffled"
 DEFAULT_SEQUENCES = 20_000
@@ -288,6 +291,56 @@ def generate(kind, n, seed=0, shuffled=False, **options):
     o = _options(_check_kind(kind), options)
     tokens, mask = _rows(kind, n, _entropy(seed), shuffled, o)
     return tokens.astype(np.uint16), mask
+
+
+def _dyck_entropy(k, length, p_open):
+    """Exact sum over t = 1..S-1 of H(x_t | x_<t) of _dyck's rows, by dynamic programming over the depth d
+    after t tokens (the prefix fixes d and the top type, so it fixes the next token's law):
+        d = 0                      opens, a uniform type:               H = log k
+        0 < d and d + 1 <= r - 1   opens w.p. p (p/k a type), closes:   H = h(p) + p log k
+        otherwise                  the top type closes:                 H = 0
+    with r = S - t tokens left and h the binary entropy."""
+    h_free = -(1 - p_open) * np.log(1 - p_open) - p_open * np.log(p_open / k) if 0 < p_open < 1 else \
+        (np.log(k) if p_open == 1 else 0.0)
+    prob = np.zeros(length + 2)
+    prob[1] = 1.0                                           # x_0 always opens: depth 1 after one token
+    total = 0.0
+    for t in range(1, length):
+        r, d = length - t, np.arange(length + 2)
+        free = (d > 0) & (d + 1 <= r - 1)
+        total += prob[0] * np.log(k) + h_free * prob[free].sum()
+        opens = np.where(d == 0, 1.0, np.where(free, p_open, 0.0)) * prob
+        prob = np.roll(opens, 1) + np.roll(prob - opens, -1)
+    return total
+
+
+def _shuffled_dyck_entropy(k, length):
+    """Exact sum over t = 1..S-1 of H(x_t | x_<t) of shuffle_rows(_dyck rows): H(X) - H(x_0). A Dyck row holds
+    n = S/2 openers whose types are independent and uniform, and each type's closers match its openers, so
+    the counts C ~ Multinomial(n, 1/k) and, given C, the shuffled row is uniform over its S! / prod c_j!^2
+    arrangements:  H(X) = H(C) + E log(S! / prod c_j!^2) = log S! - log n! + n log k - k E[log c!],
+    c ~ Binomial(n, 1/k); and x_0 is uniform over the 2k brackets: H(x_0) = log 2k."""
+    from math import comb, lgamma
+    n = length // 2
+    e_log_fact = sum(comb(n, c) * (1 / k) ** c * (1 - 1 / k) ** (n - c) * lgamma(c + 1) for c in range(n + 1))
+    return lgamma(length + 1) - lgamma(n + 1) + n * np.log(k) - k * e_log_fact - np.log(2 * k)
+
+
+def entropy(kind, shuffled=False, **options):
+    """The exact mean entropy, in nats per token, of the tokens a kind's loss counts, given the tokens
+    before each: the lowest mean val loss any model can reach (S = row length):
+        (1 / (S - 1)) * sum_{t=1}^{S-1} H(x_t | x_<t)      Dyck and its shuffled control (every token after the first)
+        0                                                 the sequence kinds and eca110: the answer is a
+                                                          function of the prompt (row 0)
+    None where it is not derived here (dyck_shuffle, the shuffled sequence kinds and eca110)."""
+    o = _options(_check_kind(kind), options)
+    if kind == "dyck":
+        total = _shuffled_dyck_entropy(o["k"], o["length"]) if shuffled else \
+            _dyck_entropy(o["k"], o["length"], o["p_open"])
+        return float(total / (o["length"] - 1))
+    if kind != "dyck_shuffle" and not shuffled:
+        return 0.0
+    return None
 
 
 # ----------------------------------------------------------------------------------------------

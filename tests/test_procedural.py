@@ -1,5 +1,6 @@
 """Procedural data (data/procedural.py): every generator against an independent plain-python
 checker, the loss masks, the shuffled control, seeds, mixtures and the loader."""
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -130,7 +131,7 @@ def check_dyck_shuffle(row, k, max_depth):
 def test_dyck_balanced_and_nested():
     tokens, mask = rows("dyck")
     for row in tokens:
-        check_dyck(row, 64)
+        check_dyck(row, P.DEFAULTS["dyck"]["k"])
     assert np.all(np.array(mask) == 1)
     for row in rows("dyck", n=20, k=2, length=40)[0]:
         check_dyck(row, 2)
@@ -140,16 +141,74 @@ def test_dyck_opens_with_the_authors_p_open():
     """p_open = 0.5, the authors' runs (their CLI default): where a bracket is free to open or close
     (the stack not empty, room left to close everything), it opens about half the time."""
     assert P.DEFAULTS["dyck"]["p_open"] == 0.5
-    free = opened = 0
+    k, free, opened = P.DEFAULTS["dyck"]["k"], 0, 0
     for row in rows("dyck", n=400)[0]:
         depth = 0
         for t, tok in enumerate(row):
             remaining = len(row) - t
             if depth > 0 and depth + 1 <= remaining - 1:   # neither forced open nor forced closed
                 free += 1
-                opened += tok < 64
-            depth += 1 if tok < 64 else -1
+                opened += tok < k
+            depth += 1 if tok < k else -1
     assert free > 40_000 and abs(opened / free - 0.5) < 0.005   # sigma 0.0024: 0.49 would be ~4 sigma off
+
+
+def enumerate_dyck(k, length, p_open):
+    """Every row of the Dyck process with its probability, by following each of the generator's choices
+    (its rule: an empty stack opens; a bracket opens w.p. p_open while depth + 1 <= remaining - 1)."""
+    out = Counter()
+
+    def go(seq, stack, prob):
+        if len(seq) == length:
+            out[tuple(seq)] += prob
+            return
+        can_open = len(stack) + 1 <= length - len(seq) - 1
+        p = (1.0 if not stack else p_open) if can_open else 0.0
+        for j in range(k) if p > 0 else ():
+            go(seq + [j], stack + [j], prob * p / k)
+        if p < 1:
+            go(seq + [stack[-1] + k], stack[:-1], prob * (1 - p))
+    go([], [], 1.0)
+    return out
+
+
+def mean_conditional_entropy(dist, length):
+    """(1 / (S-1)) sum_{t>=1} H(x_t | x_<t) of a distribution over rows, as H(x_<=t) - H(x_<t)."""
+    def h(t):
+        m = Counter()
+        for row, p in dist.items():
+            m[row[:t]] += p
+        return -sum(p * np.log(p) for p in m.values() if p > 0)
+    return sum(h(t + 1) - h(t) for t in range(1, length)) / (length - 1)
+
+
+@pytest.mark.parametrize("k,length,p_open", [(2, 6, 0.5), (3, 6, 0.3), (2, 8, 0.7)])
+def test_entropy_is_the_brute_force_count(k, length, p_open):
+    """P.entropy (dynamic programming; a closed form for the shuffled control) equals the conditional
+    entropies counted over every row of the process, and over every permutation of each row for the control;
+    the generator's rows are the enumerated rows at their probabilities."""
+    dist = enumerate_dyck(k, length, p_open)
+    assert P.entropy("dyck", k=k, length=length, p_open=p_open) == pytest.approx(
+        mean_conditional_entropy(dist, length), abs=1e-9)
+    shuffled = Counter()
+    for row, p in dist.items():
+        perms = list(itertools.permutations(row))
+        for q in perms:
+            shuffled[q] += p / len(perms)
+    assert P.entropy("dyck", shuffled=True, k=k, length=length, p_open=p_open) == pytest.approx(
+        mean_conditional_entropy(shuffled, length), abs=1e-9)
+    tokens = P.generate("dyck", 100_000, seed=1, k=k, length=length, p_open=p_open)[0]
+    found = Counter(tuple(int(x) for x in r) for r in tokens)
+    assert set(found) <= set(dist) and max(abs(found[r] / 1e5 - p) for r, p in dist.items()) < 0.004
+
+
+def test_entropy_floors():
+    """The defaults' floors (k = 16, 128 tokens): Dyck below its shuffled control, both below the unigram
+    log(2k); the answer of a sequence kind is a function of its prompt: 0; not derived: None."""
+    dyck, control = P.entropy("dyck"), P.entropy("dyck", shuffled=True)
+    assert 1.9 < dyck < control < np.log(32)
+    assert P.entropy("sort") == P.entropy("eca110") == 0.0
+    assert P.entropy("dyck_shuffle") is None and P.entropy("set", shuffled=True) is None
 
 
 def test_dyck_shuffle_balanced_per_type_not_always_nested():
@@ -158,7 +217,7 @@ def test_dyck_shuffle_balanced_per_type_not_always_nested():
     assert not all(nested)
     assert max(max(r) for r in tokens) <= 7 and np.all(np.array(mask) == 1)
     for row in rows("dyck_shuffle", n=50, max_depth=3)[0]:
-        check_dyck_shuffle(row, 64, 3)
+        check_dyck_shuffle(row, P.DEFAULTS["dyck_shuffle"]["k"], 3)
 
 
 def test_eca110_rows_follow_the_rule_on_a_ring():
@@ -254,7 +313,7 @@ def test_loader_corpus(capsys):
     S = c.info["seq_len"]
     assert S - 1 <= 128 and c.info["options"]["L"] == 62 and "L=62" in capsys.readouterr().err
     assert len(c.train) == 400 * S and len(c.val) == 200 * S and c.train_mask.shape == c.train.shape
-    assert c.vocab_size == 101 + 128 + 1 and c.info["tokenizer"] == f"procedural-{c.vocab_size}"
+    assert c.vocab_size == 101 + 2 * P.DEFAULTS["dyck"]["k"] + 1 and c.info["tokenizer"] == f"procedural-{c.vocab_size}"
     tr, va = c.train.reshape(-1, S), c.val.reshape(-1, S)
     assert not set(map(bytes, tr)) & set(map(bytes, va))    # validation rows are fresh draws
     assert isinstance(c.decode(tr[0]), str)
