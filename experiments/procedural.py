@@ -27,6 +27,7 @@ The table preset that made experiments/results/procedural-table is no longer run
 """
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -38,7 +39,7 @@ from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 from experiments.lib import common  # noqa: E402
 from experiments.lib.provenance import Provenance, kept_provenance  # noqa: E402
 from experiments.lib import procedural_authors as pa  # noqa: E402
-from data.common import UserError  # noqa: E402
+from data.common import UserError, atomic_write_bytes  # noqa: E402
 
 # preset -> flag defaults (the default; --quick)
 PRESETS = {"default": dict(kinds="dyck", tasks="haystack", transfers="full", seeds=3,
@@ -80,6 +81,11 @@ def parse_args(argv=None):
     p.add_argument("--dyck-length", type=common.positive_int, default=pa.DYCK_LENGTH,
                    help="tokens per Dyck row (default 128; theirs 2,048); its context must hold the task's")
     p.add_argument("--data-seed", type=int, default=0, help="procedural and task data (fixed across --seeds)")
+    p.add_argument("--pretrain-seeds", type=common.positive_int, default=1,
+                   help="pre-trained models per kind; diagnostic seed s starts from model s mod N (default 1: one "
+                        "per kind, as the authors)")
+    p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds finished with the same flags "
+                   "from it instead of training them (e.g. experiments/results/procedural: a sweep over sessions)")
     a = p.parse_args(argv)
     for k, v in PRESETS["quick" if a.quick else "default"].items():
         if getattr(a, k, None) is None:
@@ -91,6 +97,8 @@ def parse_args(argv=None):
                      row_names[1:] if a.split_kinds == "all" else csv(a.split_kinds))
     a.merges = [tuple(m.split("/")) for m in csv(a.merges)]
     a.out = Path(a.out or ("out/procedural-quick" if a.quick else "out/procedural"))
+    if a.reuse and not (Path(a.reuse) / "report.json").exists():
+        raise UserError(f"--reuse {a.reuse}: no report.json there; give the folder of an earlier report")
     check(a)
     return a
 
@@ -135,12 +143,14 @@ def estimate(run):
 
 
 def print_plan(a, runs):
-    todo = [r for r in runs if not common.is_finished(r.folder)]
+    kept = pa.reused(a, runs)
+    todo = [r for r in runs if not common.is_finished(r.folder) and r.name not in kept]
     print(f"procedural plan: rows {', '.join(pa.rows(a))}; tasks {', '.join(a.tasks)}; seeds 0..{a.seeds - 1}; "
           f"out {a.out}")
     for r in runs:
+        state = "  (reused)" if r.name in kept else "  (done)" if r not in todo else ""
         print(f"  {r.name:<40} {r.argv[r.argv.index('--stages') + 1]:<26} {r.argv[r.argv.index('--iters') + 1]:>7} "
-              f"steps  ~{estimate(r) / 60:>6.1f} min{'  (done)' if r not in todo else ''}")
+              f"steps  ~{estimate(r) / 60:>6.1f} min{state}")
     s = sum(estimate(r) for r in todo)
     print(f"{len(runs)} runs, {len(todo)} to run: ~{s / 60:.0f} CPU-min, ~{s / a.jobs / 60:.0f} min wall with --jobs "
           f"{a.jobs} (1 thread a run on quiet cores; the 2_4_16 models' pace)")
@@ -160,6 +170,9 @@ def main(argv=None):
         text = report.rebuild(a.out)
     else:
         a.out.mkdir(parents=True, exist_ok=True)
+        if a.reuse and not (a.out / "provenance.json").exists():  # the reused runs' invocations come first
+            old = json.loads((Path(a.reuse) / "report.json").read_text()).get("provenance") or {}
+            atomic_write_bytes(a.out / "provenance.json", json.dumps(old.get("invocations", []), indent=1).encode())
         provenance = (kept_provenance(a.out) if a.report_only else
                       Provenance(a.out, argv).finish(runs_trained=pa.run_all(a)))
         text = report.render(a, report.collect(a, runs), len(runs), a.out, provenance)

@@ -24,11 +24,12 @@ RESULTS = ROOT / "experiments" / "results"
 
 def test_the_default_is_planned_at_the_authors_settings_and_budget(tmp_path):
     """No training: the default's runs carry the authors' diagnostic settings (experiment_stream.py) and the
-    pre-training of procedural_authors, 3 seeds of none / dyck / dyck-shuffled on HAYSTACK."""
+    pre-training of procedural_authors (one model per kind, its script's Dyck until the stopping rule), 3 seeds
+    of none / dyck / dyck-shuffled on HAYSTACK."""
     import train
     a = P.parse_args(["--out", str(tmp_path / "o")])
     pre, base, warm = PA.plan(a)
-    assert (len(pre), len(base), len(warm)) == (6, 3, 6)
+    assert (len(pre), len(base), len(warm)) == (2, 3, 6)
     assert sorted({(r.meta["condition"], r.meta["transfer"]) for r in base + warm}) == [
         ("dyck", "full"), ("dyck-shuffled", "full"), ("none", "none")]
     assert {r.meta["seed"] for r in base + warm} == {0, 1, 2}
@@ -42,13 +43,13 @@ def test_the_default_is_planned_at_the_authors_settings_and_budget(tmp_path):
         assert t.seed == r.meta["seed"] and t.data_seed == 0   # a seed's batches: the same in every condition
         if r in warm:
             assert (t.transfer, t.embed_init) == ("full", "mean") and t.init_from == r.meta["init"]
-            assert Path(r.meta["init"]).parent.name == PA.pre_name(r.meta["condition"], "haystack", r.meta["seed"])
-    for r in pre:
+            assert Path(r.meta["init"]).parent.name == PA.pre_name(r.meta["condition"], "haystack", 0)
+    for r in pre:   # dyck.py's defaults for 2_4_16: k = 16, 128 tokens, batch 64, constant lr, decay 0.01
         t = train.parse_args(r.argv + ["--out", str(tmp_path / "x")])
-        assert (t.iters, t.batch_size, t.block_size, t.lr, t.schedule, t.warmup_iters, t.weight_decay) == (
-            501, 512, 127, 3e-3, "constant", 0, 0.1)
-        assert t.iters * t.batch_size * (t.block_size + 1) == 501 * 32 * 2048   # the authors' Dyck tokens
-        assert t.procedural_sequences == 501 * 512 and not t.no_tie and t.dropout == 0.0
+        assert (t.batch_size, t.block_size, t.lr, t.schedule, t.warmup_iters, t.weight_decay) == (
+            64, 127, 3e-3, "constant", 0, 0.01)
+        assert (t.iters, t.eval_interval, t.patience, t.eval_iters * t.batch_size) == (20_000, 250, 8, 1280)
+        assert t.procedural_sequences == 500_000 and not t.no_tie and t.dropout == 0.0
 
 
 def test_plan_prints_every_run_and_an_estimate_and_trains_nothing(tmp_path, capsys, monkeypatch):
@@ -59,9 +60,9 @@ def test_plan_prints_every_run_and_an_estimate_and_trains_nothing(tmp_path, caps
     out = capsys.readouterr().out
     a = P.parse_args(["--out", str(tmp_path / "o")])
     runs = sum(PA.plan(a), [])
-    assert all(r.name in out for r in runs) and "15 runs, 15 to run" in out and not (tmp_path / "o").exists()
+    assert all(r.name in out for r in runs) and "11 runs, 11 to run" in out and not (tmp_path / "o").exists()
     hours = sum(P.estimate(r) for r in runs) / 3600
-    assert 5 < hours < 12   # CPU hours of the default (measured: 585.7 CPU-min summed over its 15 runs)
+    assert 5 < hours < 12   # CPU hours of the default (a diagnostic run measured at ~45-75 min)
 
 
 def toy_argv(out):
@@ -85,17 +86,20 @@ def done(tmp_path_factory):
 
 def test_a_toy_sweep_records_its_runs_own_numbers(done):
     argv, out, rep = done
-    # 2 seeds x pre-training (dyck, set, dyck-shuffled); 2 seeds x (none, dyck, set, dyck-shuffled, dyck attn / mlp,
-    # the merge) on haystack
-    assert rep["n_planned"] == len(rep["runs"]) == 2 * 3 + 2 * 7
+    # pre-training (dyck, set, dyck-shuffled), shared by the seeds; 2 seeds x (none, dyck, set, dyck-shuffled,
+    # dyck attn / mlp, the merge) on haystack
+    assert rep["n_planned"] == len(rep["runs"]) == 3 + 2 * 7
     assert set(rep) >= {"source", "regime", "figures", "verdicts", "provenance", "settings", "runs"}
     assert all((out / f).stat().st_size > 0 for f in rep["figures"])
-    assert len(list((out / "merges").glob("*.pt"))) == 2
+    assert len(list((out / "merges").glob("*.pt"))) == 1   # one per pre-training seed
     import math
     for r in rep["runs"]:
         s = json.loads((out / "runs" / r["name"] / "summary.json").read_text())["stages"][0]
         if r["part"] == "pretrain":
             assert r["unigram_loss"] == pytest.approx(math.log(s["unigram_val_ppl"])) and r["val_loss"] == s["val_loss"]
+            assert r["stop_reason"] == "cap: 2 steps (a fixed budget)" and r["best_val_loss"] <= r["val_loss"]
+            assert r["entropy"] == {"dyck": pytest.approx(1.9756, abs=1e-4), "set": 0.0,
+                                    "dyck-shuffled": pytest.approx(3.2090, abs=1e-4)}[r["condition"]]
             continue
         assert r["records_seen"] == s["iters"] * 1000 == 2000 and r["exact"] == s["accuracy"]
         assert r["curve"] == [[2000, s["accuracy"]]]   # one evaluation: at the end
@@ -128,6 +132,26 @@ def test_a_copy_without_run_folders_rebuilds_the_same_report(done, tmp_path):
     P.main(["--report-only", "--out", str(copy)])
     for f in ("report.md", "report.json"):
         assert (copy / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_reuse_takes_the_runs_a_report_holds_with_the_same_flags(done, tmp_path, monkeypatch):
+    """--reuse DIR: a sweep in a new folder trains none of the runs DIR's report holds with the same flags and
+    reports their records; a run whose pre-training flags changed is not reused (nor its pre-training)."""
+    argv, out, rep = done
+    import train
+
+    def refuse(args):
+        raise AssertionError("a reused run was trained again")
+    monkeypatch.setattr(train, "run", refuse)
+    monkeypatch.setenv("PRELUDE_CACHE", str(out.parent / "cache"))
+    new = [*argv, "--out", str(tmp_path / "new"), "--reuse", str(out)]
+    P.main(new)
+    again = json.loads((tmp_path / "new" / "report.json").read_text())
+    assert again["runs"] == rep["runs"] and again["verdicts"] == rep["verdicts"]
+    assert again["provenance"]["invocations"] == rep["provenance"]["invocations"]
+    a = P.parse_args([*new, "--pretrain-lr", "0.01"])
+    kept = PA.reused(a, sum(PA.plan(a), []))
+    assert sorted(kept) == sorted(r["name"] for r in rep["runs"] if r["condition"] == "none")
 
 
 def test_rerun_skips_finished_runs_and_rebuilds_the_same_report(done, monkeypatch):
@@ -167,7 +191,7 @@ def test_the_defaults_p_values_are_scipys_paired_test_on_its_runs():
         assert cell["p"] == pytest.approx(stats.ttest_rel(token[t], token[b]).pvalue, rel=1e-9)
         assert by[claim]["verdict"] == "no clear difference"   # p = 0.096 and 0.59
     pre = [r for r in rep["runs"] if r["part"] == "pretrain"]
-    assert len(pre) == 6 and all(r["val_loss"] < r["unigram_loss"] for r in pre)   # kept for the entropy issue
+    assert pre and all(r["val_loss"] < r["unigram_loss"] for r in pre)
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -179,6 +203,7 @@ def test_the_defaults_p_values_are_scipys_paired_test_on_its_runs():
     (["--dyck-length", "64"], "fewer than the 100 of the task model"),
     (["--dyck-length", "129"], "must be even"),
     (["--records", "0"], "must be positive"),
+    (["--reuse", "nowhere"], "no report.json there"),
 ])
 def test_user_errors_are_one_line(flags, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:

@@ -22,29 +22,36 @@ TASKS = {"haystack": dict(n_layer=2, n_head=4, n_embd=16, context=100, batch=100
 RECORDS = 250 * 40_000   # experiment_stream.py:283, train_steps * train_size records seen
 # AdamW (:25-26), 500 linear warm-up steps then cosine to 0 (:27, :33), untied head (:39), no dropout (:44)
 TASK_OPT = dict(lr=1e-3, warmup=500, weight_decay=0.001)
-# kind -> their yaml: steps, rows per step, lr, weight decay (Dyck: rows of `length` tokens); eca110 has no
-# yaml (their code has no such kind): the sequence kinds' budget
-YAML = {**{k: dict(steps=501, rows=32, lr=5e-4, weight_decay=0.1, length=2048) for k in ("dyck", "dyck_shuffle")},
-        **{k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
-           for k in ("identity", "reverse", "sort", "set", "union", "delete", "stack", "eca110")}}
+# kind -> their yaml: steps, rows per step, lr, weight decay; eca110 has no yaml (their code has no such kind):
+# the sequence kinds' budget
+YAML = {k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
+        for k in ("identity", "reverse", "sort", "set", "union", "delete", "stack", "eca110")}
+# Dyck for the diagnostic model as their script runs it (procedural_pretraining/dyck.py:471-520, its defaults:
+# 2_4_16, k = 16, 128-token rows, batch 64, constant lr 5e-5, decay 0.01 on every weight, up to 1,000,000 steps,
+# validation every 100 steps on 640 rows, the best-accuracy checkpoint kept); the k and length are
+# data/procedural.py's defaults. Ours until the stopping rule: an evaluation every `every` steps on `val_rows`
+# fixed validation rows, stopped once `patience` evaluations in a row bring no new best validation loss, or at
+# `cap` steps; records drawn from a pool of `pool` rows (DIFFERENCES).
+DYCK = dict(rows=64, lr=5e-5, weight_decay=0.01, every=250, patience=8, cap=20_000, pool=500_000, val_rows=1280)
 SMALL_LR = 3e-3          # ours for the d = 16 models (DIFFERENCES)
-DYCK_LENGTH = 128        # ours, likewise
+DYCK_LENGTH = 128        # their script's for the diagnostic model
 SHUFFLED = "-shuffled"
 
 DIFFERENCES = (
-    "Pre-training lr 3e-3 instead of their 5e-4 for the d = 16 models (--pretrain-lr; multiplication's d = 512 "
-    "keeps 5e-4): their yaml is for 12_12_768. On Dyck (501 constant-lr steps, 512 rows of 128 tokens; unigram "
-    "loss 4.85 nats, the process's entropy ~2.8) 3e-3 reaches 3.80 and 1e-2 3.76; with 32 rows 5e-4 reaches "
-    "4.26: the small model would learn little beyond how often a bracket opens.",
-    "Dyck rows of 128 tokens instead of 2,048 (--dyck-length), keeping their 501 steps and 32.8M tokens (512 rows "
-    "a step): the diagnostic model has 100 positions and every distance a task can use occurs in 128 tokens; a "
-    "2,048-token row costs 3x the time per token on a CPU.",
+    "Pre-training lr 3e-3 instead of their 5e-4 (yaml) / 5e-5 (dyck.py) for the d = 16 models (--pretrain-lr; "
+    "multiplication's d = 512 keeps 5e-4): at 5e-5 their script takes up to 1,000,000 steps; 3e-3 reaches the "
+    "Dyck floor in tens of thousands.",
+    "Dyck pre-training stops by a rule on the validation loss (no new best in 8 evaluations of 250 steps, or "
+    "20,000 steps), the quantity the report compares with the generator's entropy; their script runs up to "
+    "1,000,000 steps and keeps the checkpoint of best validation accuracy. Ours transfers the last checkpoint.",
     "No dropout in pre-training (theirs 0.1): with dropout PyTorch's CPU attention leaves its fused kernel "
     "(6.6x slower at 128 tokens).",
     "AdamW decays only the matrices of attention, MLP and an untied head; theirs every weight but biases and norms "
     "(every weight in pre-training, procedural_pretraining/dyck.py:321).",
-    "Pre-training batches are drawn with replacement from the steps x rows sequences; theirs is one shuffled epoch "
-    "(procedural_data/dyck.py:179-185).",
+    "Pre-training batches are drawn with replacement from a pool of generated rows (Dyck: 500,000); theirs draws a "
+    "fresh epoch of 64,000 rows every 1,000 steps (procedural_pretraining/dyck.py:374-381).",
+    "One pre-trained model per kind (seed 0), shared by the diagnostic seeds, as their one checkpoint per kind; "
+    "the diagnostic seeds vary the task run.",
     "The training stream is drawn from each step's seed (a resumed run sees the same records; every condition at "
     "one seed the same batches) and the test set from --data-seed alone; theirs draws both from the run's seed "
     "(experiment_stream.py:61, 77, 186-191).",
@@ -63,15 +70,26 @@ def base_kind(row):
     return row[:-len(SHUFFLED)] if row.endswith(SHUFFLED) else row
 
 
+def is_dyck(row):
+    return base_kind(row).startswith("dyck")
+
+
 def pretrain_plan(a, row, task="haystack"):
-    """(steps, rows per step, lr, block size) of a row's pre-training for a task's model."""
+    """(steps, rows per step, lr, block size) of a row's pre-training for a task's model; Dyck's steps are a
+    cap (the stopping rule ends it sooner)."""
     from data import procedural
-    kind = base_kind(row)
-    y = YAML[kind]
-    steps = a.pretrain_steps or y["steps"]
-    rows = a.pretrain_rows or (y["rows"] * y["length"] // a.dyck_length if "length" in y else y["rows"])
-    block = (a.dyck_length if kind.startswith("dyck") else procedural.seq_len(kind)) - 1
-    return steps, rows, a.pretrain_lr or (SMALL_LR if TASKS[task]["n_embd"] <= 16 else y["lr"]), block
+    kind, small = base_kind(row), TASKS[task]["n_embd"] <= 16
+    y = DYCK if is_dyck(row) else YAML[kind]
+    steps = a.pretrain_steps or (DYCK["cap"] if is_dyck(row) else y["steps"])
+    block = (a.dyck_length if is_dyck(row) else procedural.seq_len(kind)) - 1
+    return steps, a.pretrain_rows or y["rows"], a.pretrain_lr or (SMALL_LR if small else y["lr"]), block
+
+
+def entropy(row, block):
+    """The exact entropy per loss token of a pre-training row's data (data.procedural.entropy), or None."""
+    from data import procedural
+    options = dict(length=block + 1) if is_dyck(row) else {}
+    return procedural.entropy(base_kind(row), row.endswith(SHUFFLED), **options)
 
 
 def model_flags(task):
@@ -99,11 +117,25 @@ def rows(a):
 
 def pretrain_argv(a, row, task, seed):
     steps, n_rows, lr, block = pretrain_plan(a, row, task)
+    y = DYCK if is_dyck(row) else YAML[base_kind(row)]
+    every = min(DYCK["every"], steps) if is_dyck(row) else steps
+    rule = ["--patience", DYCK["patience"]] if is_dyck(row) and every < steps else []
+    pool = min(steps * n_rows, DYCK["pool"]) if is_dyck(row) else steps * n_rows
     return ["--stages", f"procedural:{row}", *model_flags(task), "--block-size", block, "--batch-size", n_rows,
             "--iters", steps, "--lr", lr, "--schedule", "constant", "--warmup-iters", 0, "--dropout", 0,
-            "--weight-decay", YAML[base_kind(row)]["weight_decay"], "--beta2", 0.999,
-            "--procedural-sequences", steps * n_rows, "--data-seed", a.data_seed, "--seed", seed,
-            "--eval-interval", steps, "--eval-iters", 4, "--eval-splits", "val", "--log-interval", max(1, steps // 20)]
+            "--weight-decay", y["weight_decay"], "--beta2", 0.999, "--procedural-sequences", pool,
+            "--data-seed", a.data_seed, "--seed", seed, "--eval-interval", every, *rule,
+            "--eval-iters", max(1, DYCK["val_rows"] // n_rows) if is_dyck(row) else 4, "--eval-splits", "val",
+            "--log-interval", max(1, min(every, steps // 20))]
+
+
+def stop_reason(argv, stopped_at, steps):
+    """How a pre-training run ended: the stopping rule (the step), or its steps (a cap where a rule was set)."""
+    v = lambda flag: int(argv[argv.index(flag) + 1]) if flag in argv else None  # noqa: E731
+    if stopped_at:
+        return (f"stopping rule: no new best validation loss in {v('--patience')} evaluations of "
+                f"{v('--eval-interval')} steps, stopped at step {stopped_at:,}")
+    return f"cap: {steps:,} steps" + (" (the stopping rule had not fired)" if v("--patience") else " (a fixed budget)")
 
 
 def task_steps(a, task):
@@ -148,9 +180,10 @@ def cells(a):
 
 def plan(a):
     """(pre-training runs, baselines, runs from a pre-trained or merged model): every train.py run. A
-    pre-training run is shared by every task of its architecture."""
+    pre-training run is shared by every task of its architecture and, past --pretrain-seeds, by the seeds."""
     pre, base, warm = {}, [], []
     for seed in range(a.seeds):
+        ps = seed % a.pretrain_seeds
         for task, row, mode in cells(a):
             name = f"{task}-{row}-s{seed}" if mode in ("none", "full") else f"{task}-{row}-{mode}-s{seed}"
             argv = task_argv(a, task, seed)
@@ -159,23 +192,39 @@ def plan(a):
                 base.append(Run(name, a.out / "runs" / name, argv, meta))
                 continue
             merge = [m for m in a.merges if merge_label(m) == row]
-            init = merge_ckpt(a, merge[0], task, seed) if merge else pre_ckpt(a, row, task, seed)
+            init = merge_ckpt(a, merge[0], task, ps) if merge else pre_ckpt(a, row, task, ps)
             for r in (merge[0] if merge else (row,)):
-                n = pre_name(r, task, seed)
-                pre.setdefault(n, Run(n, a.out / "runs" / n, pretrain_argv(a, r, task, seed),
-                                      dict(part="pretrain", condition=r, arch=arch(task), seed=seed,
+                n = pre_name(r, task, ps)
+                pre.setdefault(n, Run(n, a.out / "runs" / n, pretrain_argv(a, r, task, ps),
+                                      dict(part="pretrain", condition=r, arch=arch(task), seed=ps,
                                            steps=pretrain_plan(a, r, task)[0], task=task)))
             warm.append(Run(name, a.out / "runs" / name, argv + ["--init-from", init, *transfer_flags(mode)],
-                            dict(meta, init=str(init))))
+                            dict(meta, init=str(init), pre=[pre_name(r, task, ps) for r in (merge[0] if merge
+                                                                                           else (row,))])))
     return list(pre.values()), base, warm
+
+
+def reused(a, runs):
+    """{name: record} of the runs that --reuse DIR's report.json holds finished with the same flags (a run
+    from a pre-trained model: its pre-training's flags too), so a sweep split over sessions trains each once."""
+    if not getattr(a, "reuse", None):
+        return {}
+    import json
+    old = {r["name"]: r for r in json.loads((Path(a.reuse) / "report.json").read_text())["runs"]
+           if not r.get("diverged")}
+    def flags(argv):  # --init-from's folder and file name, not the OUT it lies in
+        i = argv.index("--init-from") + 1 if "--init-from" in argv else None
+        return argv if i is None else [*argv[:i], "/".join(Path(argv[i]).parts[-2:]), *argv[i + 1:]]
+    same = {r.name for r in runs if r.name in old and flags(old[r.name]["argv"]) == flags(r.argv)}
+    return {r.name: old[r.name] for r in runs if r.name in same and all(n in same for n in r.meta.get("pre", []))}
 
 
 def make_merges(a):
     """Attention, norms and positions from the first kind's model, MLP from the second's
-    (transfer.merge_checkpoints), one per task architecture and seed."""
+    (transfer.merge_checkpoints), one per task architecture and pre-training seed."""
     import transfer
     from checkpoint import save_checkpoint
-    for seed in range(a.seeds):
+    for seed in range(min(a.seeds, a.pretrain_seeds)):
         for m in a.merges:
             for task in a.tasks:
                 path, sources = merge_ckpt(a, m, task, seed), [pre_ckpt(a, k, task, seed) for k in m]
@@ -185,13 +234,17 @@ def make_merges(a):
 
 
 def run_all(a):
-    """The pre-training runs; the merges; then every diagnostic run, seed by seed (a sweep stopped part-way
-    leaves whole seeds). Returns the runs trained."""
+    """The pre-training runs a diagnostic still needs; the merges; then every diagnostic run not reused, seed by
+    seed (a sweep stopped part-way leaves whole seeds). Returns the runs trained."""
     pre, base, warm = plan(a)
-    trained = len(common.run_sweep(pre, jobs=a.jobs, threads=a.threads))
+    done = reused(a, pre + base + warm)
+    warm = [r for r in warm if r.name not in done]
+    need = {n for r in warm for n in r.meta["pre"]}
+    trained = len(common.run_sweep([r for r in pre if r.name in need or r.name not in done], jobs=a.jobs,
+                                   threads=a.threads))
     make_merges(a)
     ready = [r for r in warm if Path(r.meta["init"]).exists()]
     if len(ready) < len(warm):  # a pre-training run diverged (its diverged.json says why)
         print("skipped (no pre-trained checkpoint): " + ", ".join(r.name for r in warm if r not in ready))
-    diagnostics = sorted(base + ready, key=lambda r: r.meta["seed"])
+    diagnostics = sorted([r for r in base if r.name not in done] + ready, key=lambda r: r.meta["seed"])
     return trained + len(common.run_sweep(diagnostics, jobs=a.jobs, threads=a.threads))

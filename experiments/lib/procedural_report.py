@@ -28,7 +28,7 @@ from experiments.lib.procedural_claims import CLAIMS, records
 
 SOURCE = {"arxiv": "2601.21725", "title": "Procedural Pretraining: Warming Up Language Models with Abstract Data"}
 FIGURES = ["curves.png", "accuracy.png"]
-INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan")
+INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")
 PAPER_HAYSTACK = {"none": 10, "dyck": 98}   # the paper's headline, % token-level accuracy
 
 
@@ -66,8 +66,11 @@ def record(a, run):
     st = s["stages"][-1]
     r.update(diverged=False, seconds=s["seconds"], val_loss=st["val_loss"], steps=st["iters"], tokens=st["tokens"])
     if run.meta["part"] == "pretrain":
+        block = int(run.argv[run.argv.index("--block-size") + 1])
         r["rows"] = int(run.argv[run.argv.index("--batch-size") + 1])
         r["unigram_loss"] = math.log(st["unigram_val_ppl"]) if st.get("unigram_val_ppl") else None
+        r.update(best_val_loss=st["best_val_loss"], entropy=pa.entropy(run.meta["condition"], block),
+                 stop_reason=pa.stop_reason(run.argv, st.get("stopped_early"), st["iters"]))
         return r
     ev = sorted((e["iter"], e["accuracy"]) for e in common.read_events(run.folder, "eval"))
     sc = scores(a, run.folder, run.meta["task"])
@@ -77,7 +80,9 @@ def record(a, run):
 
 
 def collect(a, runs):
-    return [r for r in (record(a, run) for run in runs) if r is not None]
+    """The records of the finished runs: from their folders, else from --reuse DIR's report.json."""
+    kept = pa.reused(a, runs)
+    return [r for r in (record(a, run) or kept.get(run.name) for run in runs) if r is not None]
 
 
 def stored_only(out):
@@ -90,7 +95,7 @@ def rebuild(out):
     return render(argparse.Namespace(**rep["settings"]), rep["runs"], rep["n_planned"], out, rep.get("provenance"))
 
 
-def regime(a, provenance):
+def regime(a, provenance, runs=None):
     """report.json's `regime`: our settings and what differs from the authors'."""
     where = ""
     if provenance:
@@ -109,17 +114,27 @@ def regime(a, provenance):
                 "tokens (the authors' token-level accuracy scores the positions whose input is an answer token), the "
                 "semantic ones on the final validation loss." + where + few)
     tasks = ", ".join(f"{t} ({pa.arch(t)}, batch {pa.TASKS[t]['batch']}, {pa.task_steps(a, t):,} steps)" for t in a.tasks)
-    pre = "; ".join(f"{r}: {s:,} steps x {n} rows of {block + 1} tokens" for r in pa.rows(a)[1:]
-                    for s, n, _, block in [pa.pretrain_plan(a, r)])
+    pre = "; ".join(f"{r}: {'up to ' if pa.is_dyck(r) else ''}{s:,} steps x {n} rows of {block + 1} tokens"
+                    for r in pa.rows(a)[1:] for s, n, _, block in [pa.pretrain_plan(a, r)])
     return (f"The authors' diagnostics (downstream/algorithmic_tasks/experiment_stream.py and task_*.py): {tasks}; "
             f"{a.records:,} records seen per run (the authors: 10,000,000), a fresh stream that never yields one of "
             f"the {a.task_test:,} test records, AdamW lr 1e-3, 500 warm-up steps, cosine, weight decay 0.001, untied "
-            f"head; {a.seeds} seed(s) per cell. Pre-training on the task's architecture (their yaml is for "
-            f"12_12_768): {pre or 'none'}; no dropout, lr {a.pretrain_lr or pa.SMALL_LR:g} (theirs 5e-4); full "
-            "transfer with mean embedding rows (their 'everything' + 'average'). The claims are read on their "
-            "token-level accuracy, our exact-answer accuracy beside it." + where
-            + (" This --quick run is a smoke test of the pipeline: it does not test the claims." if a.quick else "")
-            + few)
+            f"head; {a.seeds} seed(s) per cell. Pre-training on the task's architecture, one model per kind shared "
+            f"by the seeds: {pre or 'none'}; Dyck (k = 16) as their script for this model (procedural_pretraining/"
+            f"dyck.py) until a stopping rule on the validation loss; no dropout, lr {a.pretrain_lr or pa.SMALL_LR:g} "
+            "(theirs 5e-5 for Dyck, 5e-4 in their yaml); full transfer with mean embedding rows (their 'everything' "
+            "+ 'average'). The claims are read on their token-level accuracy, our exact-answer accuracy beside it."
+            + floors(runs) + where + (" This --quick run is a smoke test of the pipeline: it does not test the claims."
+                                      if a.quick else "") + few)
+
+
+def floors(runs):
+    """The regime's check of each pre-trained model: its final validation loss against its data's entropy."""
+    pre = [r for r in runs or [] if r["part"] == "pretrain" and r.get("entropy") is not None and not r.get("diverged")]
+    parts = [f"{r['condition']} {r['val_loss']:.3f} nats against its entropy {r['entropy']:.3f} "
+             f"({r['val_loss'] - r['entropy']:+.3f}{', within 0.1' if r['val_loss'] - r['entropy'] <= 0.1 else ''}; "
+             f"{r['stop_reason']})" for r in pre]
+    return f" Pre-trained models at the end: {'; '.join(parts)}." if parts else ""
 
 
 def cell_lines(recs):
@@ -142,12 +157,18 @@ def pretrain_lines(runs):
             groups.setdefault((r.get("condition", r.get("row")), r["steps"], r["tokens"]), []).append(r)
     if not groups:
         return []
-    lines = ["## Pre-training", "", "Final validation loss (nats per loss token) and the loss of the token counts "
-             "alone on the same targets (unigram): how far below it a pre-training got is what it learnt.", "",
-             "| condition | steps | tokens seen | val loss | unigram loss |", "|---|---|---|---|---|"]
+    lines = ["## Pre-training", "", "Final validation loss (nats per loss token), the exact entropy of the data per loss "
+             "token (the generator's: the lowest loss a model can reach) and the loss of the token counts alone on the "
+             "same targets (unigram): where a pre-training ended between them is how much of its task it learnt.", "",
+             "| condition | steps | tokens seen | val loss | entropy | val loss - entropy | unigram loss | stopped by |",
+             "|---|---|---|---|---|---|---|---|"]
     for (cond, steps, tokens), rs in groups.items():
+        ent = rs[0].get("entropy")
+        gap = fmt_mean_std([r["val_loss"] - ent for r in rs], "{:+.3f}") if ent is not None else "-"
         lines.append(f"| {cond} | {steps:,} | {tokens:,} | {fmt_mean_std([r['val_loss'] for r in rs])} | "
-                     f"{fmt_mean_std([r.get('unigram_loss') for r in rs], '{:.2f}')} |")
+                     f"{'-' if ent is None else f'{ent:.3f}'} | {gap} | "
+                     f"{fmt_mean_std([r.get('unigram_loss') for r in rs], '{:.2f}')} | "
+                     f"{'; '.join(dict.fromkeys(r.get('stop_reason', 'its steps') for r in rs))} |")
     return lines + [""]
 
 
@@ -157,7 +178,7 @@ def markdown(a, runs, n_planned, entries, provenance):
              f"{' (--quick)' if a.quick else ''}", "", provenance_line(provenance), "",
              f"Jiang, Shinnick et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}. {len(runs)} of {n_planned} "
              f"runs finished; {sum(r.get('seconds') or 0 for r in runs) / 60:.1f} min of training summed over runs.",
-             "", f"**Regime.** {regime(a, provenance)}", "", "## The paper's claims beside ours", "", RULE, ""]
+             "", f"**Regime.** {regime(a, provenance, runs)}", "", "## The paper's claims beside ours", "", RULE, ""]
     lines += table(entries) + ["", "## Accuracy and loss per cell", "", "On the test records after the whole "
                                "budget, mean ± std over seeds (the semantic rows: validation loss).", ""]
     lines += cell_lines(records({"runs": runs})) + [""] + pretrain_lines(runs)
@@ -173,7 +194,7 @@ def render(a, runs, n_planned, out, provenance):
     entries = read_all(CLAIMS, records({"runs": runs}))
     text = markdown(a, runs, n_planned, entries, provenance)
     settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
-    common.write_report(out, text, source=SOURCE, regime=regime(a, provenance), figures=FIGURES, verdicts=entries,
+    common.write_report(out, text, source=SOURCE, regime=regime(a, provenance, runs), figures=FIGURES, verdicts=entries,
                         provenance=provenance, settings=settings, n_planned=n_planned, runs=runs)
     plot_all(records({"runs": runs}), out)
     return text
