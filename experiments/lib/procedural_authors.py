@@ -26,32 +26,26 @@ TASK_OPT = dict(lr=1e-3, warmup=500, weight_decay=0.001)
 # the sequence kinds' budget
 YAML = {k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
         for k in ("identity", "reverse", "sort", "set", "union", "delete", "stack", "eca110")}
-# Dyck for the diagnostic model as their script runs it (procedural_pretraining/dyck.py:471-520, its defaults:
-# 2_4_16, k = 16, 128-token rows, batch 64, constant lr 5e-5, decay 0.01 on every weight, up to 1,000,000 steps,
-# validation every 100 steps on 640 rows, the best-accuracy checkpoint kept); the k and length are
-# data/procedural.py's defaults. Ours until the stopping rule: an evaluation every `every` steps on `val_rows`
-# fixed validation rows, stopped once `patience` evaluations in a row bring no new best validation loss, or at
-# `cap` steps; records drawn from a pool of `pool` rows (DIFFERENCES).
+# Dyck for the diagnostic model as their script runs it (procedural_pretraining/dyck.py:471-520: 2_4_16, k = 16,
+# 128-token rows, batch 64, lr 5e-5, decay 0.01, up to 1,000,000 steps); ours until the stopping rule: `patience`
+# evaluations of `every` steps on `val_rows` rows without a new best val loss, or `cap` steps (DIFFERENCES)
 DYCK = dict(rows=64, lr=5e-5, weight_decay=0.01, every=250, patience=8, cap=20_000, pool=500_000, val_rows=1280)
 SMALL_LR = 3e-3          # ours for the d = 16 models (DIFFERENCES)
 DYCK_LENGTH = 128        # their script's for the diagnostic model
 SHUFFLED = "-shuffled"
 
 DIFFERENCES = (
-    "Pre-training lr 3e-3 instead of their 5e-4 (yaml) / 5e-5 (dyck.py) for the d = 16 models (--pretrain-lr; "
-    "multiplication's d = 512 keeps 5e-4): at 5e-5 their script takes up to 1,000,000 steps; 3e-3 reaches the "
-    "Dyck floor in tens of thousands.",
-    "Dyck pre-training stops by a rule on the validation loss (no new best in 8 evaluations of 250 steps, or "
-    "20,000 steps), the quantity the report compares with the generator's entropy; their script runs up to "
-    "1,000,000 steps and keeps the checkpoint of best validation accuracy. Ours transfers the last checkpoint.",
+    "Pre-training lr 3e-3 for the d = 16 models (--pretrain-lr; theirs 5e-5 in dyck.py, 5e-4 in their yaml, which "
+    "multiplication's d = 512 keeps): at 5e-5 their script runs up to 1,000,000 steps.",
+    "Dyck pre-training stops by a rule on the validation loss (no new best in 8 evaluations of 250 steps, or 20,000 "
+    "steps), the quantity compared with the data's entropy, and transfers its last checkpoint; theirs keeps the "
+    "checkpoint of best validation accuracy. One pre-trained model per kind (seed 0) serves every diagnostic seed.",
     "No dropout in pre-training (theirs 0.1): with dropout PyTorch's CPU attention leaves its fused kernel "
     "(6.6x slower at 128 tokens).",
     "AdamW decays only the matrices of attention, MLP and an untied head; theirs every weight but biases and norms "
     "(every weight in pre-training, procedural_pretraining/dyck.py:321).",
-    "Pre-training batches are drawn with replacement from a pool of generated rows (Dyck: 500,000); theirs draws a "
-    "fresh epoch of 64,000 rows every 1,000 steps (procedural_pretraining/dyck.py:374-381).",
-    "One pre-trained model per kind (seed 0), shared by the diagnostic seeds, as their one checkpoint per kind; "
-    "the diagnostic seeds vary the task run.",
+    "Pre-training batches are drawn with replacement from a pool of rows (Dyck: 500,000); theirs draws 64,000 fresh "
+    "rows every 1,000 steps (procedural_pretraining/dyck.py:374-381).",
     "The training stream is drawn from each step's seed (a resumed run sees the same records; every condition at "
     "one seed the same batches) and the test set from --data-seed alone; theirs draws both from the run's seed "
     "(experiment_stream.py:61, 77, 186-191).",
@@ -132,10 +126,9 @@ def pretrain_argv(a, row, task, seed):
 def stop_reason(argv, stopped_at, steps):
     """How a pre-training run ended: the stopping rule (the step), or its steps (a cap where a rule was set)."""
     v = lambda flag: int(argv[argv.index(flag) + 1]) if flag in argv else None  # noqa: E731
-    if stopped_at:
-        return (f"stopping rule: no new best validation loss in {v('--patience')} evaluations of "
-                f"{v('--eval-interval')} steps, stopped at step {stopped_at:,}")
-    return f"cap: {steps:,} steps" + (" (the stopping rule had not fired)" if v("--patience") else " (a fixed budget)")
+    return (f"stopping rule: no new best val loss in {v('--patience')} evaluations of {v('--eval-interval')} steps, "
+            f"at step {stopped_at:,}" if stopped_at else f"cap: {steps:,} steps" +
+            (" (the stopping rule had not fired)" if v("--patience") else " (a fixed budget)"))
 
 
 def task_steps(a, task):
