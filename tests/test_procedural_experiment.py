@@ -47,7 +47,8 @@ def test_the_default_is_planned_at_the_authors_settings_and_budget(tmp_path):
         t = train.parse_args(r.argv + ["--out", str(tmp_path / "x")])
         assert (t.batch_size, t.block_size, t.lr, t.schedule, t.warmup_iters, t.weight_decay) == (
             64, 127, 3e-3, "constant", 0, 0.01)
-        assert (t.iters, t.eval_interval, t.patience, t.eval_iters * t.batch_size) == (20_000, 250, 8, 1280)
+        assert (t.iters, t.eval_interval, t.patience, t.min_delta, t.eval_iters * t.batch_size) == (
+            20_000, 250, 8, 0.001, 1280)
         assert t.procedural_sequences == 500_000 and not t.no_tie and t.dropout == 0.0
 
 

@@ -28,8 +28,9 @@ YAML = {k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
         for k in ("identity", "reverse", "sort", "set", "union", "delete", "stack", "eca110")}
 # Dyck for the diagnostic model as their script runs it (procedural_pretraining/dyck.py:471-520: 2_4_16, k = 16,
 # 128-token rows, batch 64, lr 5e-5, decay 0.01, up to 1,000,000 steps); ours until the stopping rule: `patience`
-# evaluations of `every` steps on `val_rows` rows without a new best val loss, or `cap` steps (DIFFERENCES)
-DYCK = dict(rows=64, lr=5e-5, weight_decay=0.01, every=250, patience=8, cap=20_000, pool=500_000, val_rows=1280)
+# evaluations of `every` steps on `val_rows` rows without beating the best val loss by `delta`, or `cap` steps
+DYCK = dict(rows=64, lr=5e-5, weight_decay=0.01, every=250, patience=8, delta=0.001, cap=20_000, pool=500_000,
+            val_rows=1280)
 SMALL_LR = 3e-3          # ours for the d = 16 models (DIFFERENCES)
 DYCK_LENGTH = 128        # their script's for the diagnostic model
 SHUFFLED = "-shuffled"
@@ -37,8 +38,8 @@ SHUFFLED = "-shuffled"
 DIFFERENCES = (
     "Pre-training lr 3e-3 for the d = 16 models (--pretrain-lr; theirs 5e-5 in dyck.py, 5e-4 in their yaml, which "
     "multiplication's d = 512 keeps): at 5e-5 their script runs up to 1,000,000 steps.",
-    "Dyck pre-training stops by a rule on the validation loss (no new best in 8 evaluations of 250 steps, or 20,000 "
-    "steps), the quantity compared with the data's entropy, and transfers its last checkpoint; theirs keeps the "
+    "Dyck pre-training stops by a rule on the validation loss (8 evaluations of 250 steps without beating the best by "
+    "0.001 nats, or 20,000 steps), the quantity compared with the data's entropy, and transfers its last checkpoint; theirs keeps the "
     "checkpoint of best validation accuracy. One pre-trained model per kind (seed 0) serves every diagnostic seed.",
     "No dropout in pre-training (theirs 0.1): with dropout PyTorch's CPU attention leaves its fused kernel "
     "(6.6x slower at 128 tokens).",
@@ -113,7 +114,7 @@ def pretrain_argv(a, row, task, seed):
     steps, n_rows, lr, block = pretrain_plan(a, row, task)
     y = DYCK if is_dyck(row) else YAML[base_kind(row)]
     every = min(DYCK["every"], steps) if is_dyck(row) else steps
-    rule = ["--patience", DYCK["patience"]] if is_dyck(row) and every < steps else []
+    rule = ["--patience", DYCK["patience"], "--min-delta", DYCK["delta"]] if is_dyck(row) and every < steps else []
     pool = min(steps * n_rows, DYCK["pool"]) if is_dyck(row) else steps * n_rows
     return ["--stages", f"procedural:{row}", *model_flags(task), "--block-size", block, "--batch-size", n_rows,
             "--iters", steps, "--lr", lr, "--schedule", "constant", "--warmup-iters", 0, "--dropout", 0,
@@ -124,11 +125,9 @@ def pretrain_argv(a, row, task, seed):
 
 
 def stop_reason(argv, stopped_at, steps):
-    """How a pre-training run ended: the stopping rule (the step), or its steps (a cap where a rule was set)."""
-    v = lambda flag: int(argv[argv.index(flag) + 1]) if flag in argv else None  # noqa: E731
-    return (f"stopping rule: no new best val loss in {v('--patience')} evaluations of {v('--eval-interval')} steps, "
-            f"at step {stopped_at:,}" if stopped_at else f"cap: {steps:,} steps" +
-            (" (the stopping rule had not fired)" if v("--patience") else " (a fixed budget)"))
+    """How a pre-training run ended: by its stopping rule (--patience, --min-delta), or at its steps."""
+    return (f"stopping rule, at step {stopped_at:,}" if stopped_at else f"cap: {steps:,} steps"
+            + (" (the stopping rule had not fired)" if "--patience" in argv else " (a fixed budget)"))
 
 
 def task_steps(a, task):
