@@ -20,7 +20,7 @@ import torch
 from data.common import UserError, atomic_write_bytes
 
 # flags that do not change what a run computes: a resumed run may differ in these
-RESUMABLE_WITH_OTHER = {"resume", "no_progress", "no_plot", "threads", "out", "cache_dir", "data_dir",
+RESUMABLE_WITH_OTHER = {"resume", "baseline", "no_progress", "no_plot", "threads", "out", "cache_dir", "data_dir",
                         "compile", "device", "log_interval"}
 
 
@@ -100,12 +100,26 @@ def load_model(source, device="cpu", **policy):
     return model.to(device).eval(), ck
 
 
+def same_prores(key, saved, now):
+    """Whether two runs differ in a ProRes flag that changes nothing: every --prores-* flag when neither
+    run has --prores; --prores-scope fresh (the default now) and stage (the default before)
+    in a run of one stage from scratch, where both warm that stage up. So a run written before the
+    default changed still resumes, and a finished one is still recognised by the experiments' sweeps."""
+    if not key.startswith("prores_") or key == "prores":
+        return False
+    if not saved.get("prores") and not now.get("prores"):
+        return True
+    one_fresh_stage = "," not in str(now.get("stages")) and not now.get("init_from")
+    return key == "prores_scope" and one_fresh_stage and {saved[key], now[key]} <= {"fresh", "stage"}
+
+
 def check_resume_args(saved, args, path):
     """A resumed run must be the run that wrote the checkpoint: every flag that changes what is
     computed must match, else a UserError listing each difference (flag, now, then)."""
     now = vars(args)
     diff = [f"--{k.replace('_', '-')} {now[k]!r} (the checkpoint's run: {saved.get(k)!r})"
-            for k in sorted(now) if k not in RESUMABLE_WITH_OTHER and k in saved and saved[k] != now[k]]
+            for k in sorted(now) if k not in RESUMABLE_WITH_OTHER and k in saved and saved[k] != now[k]
+            and not same_prores(k, saved, now)]
     if diff:
         raise UserError(f"--resume: {path} was written by a run with other flags: {'; '.join(diff)}. "
                         "Use the same flags to resume it, or another --out for a new run")

@@ -18,6 +18,10 @@ def _curriculum_and_data_flags(p):
     g = p.add_argument_group("curriculum and data")
     g.add_argument("--stages", default="poetry,prose",
                    help="comma-separated stage names, run in order (default: %(default)s)")
+    g.add_argument("--baseline", action="store_true",
+                   help="after the curriculum, also train its last stage alone from random init with the same "
+                        "flags, budget and seed (in OUT/baseline) and print the change of perplexity the "
+                        "curriculum bought (also in OUT/summary.json)")
     g.add_argument("--prose", default="wiki-leads", choices=data.PROSE_CHOICES,
                    help="which corpus the stage name 'prose' means (default: %(default)s, offline)")
     g.add_argument("--poetry-file", default=None,
@@ -126,9 +130,12 @@ def _prores_flags(p):
                    help="steps per layer; 'auto' = steps / (2 * n_layer), so the deepest layer is fully on "
                         "half-way (steps of the stage, or of the whole run with --prores-scope run)")
     g.add_argument("--prores-schedule", default="linear", help=" | ".join(prores.SCHEDULES))
-    g.add_argument("--prores-scope", default="stage", choices=("stage", "run"),
-                   help="stage: the warmup restarts at every stage (each stage is a new model with new "
-                        "embeddings and a new lr schedule); run: one warmup over the whole curriculum")
+    g.add_argument("--prores-scope", default="fresh", choices=prores.SCOPES,
+                   help="fresh (default): only a stage whose blocks start from random init warms up (the first "
+                        "stage of a run from scratch, or one whose --transfer brings no attention or MLP weights); "
+                        "blocks that arrive trained keep alpha = 1; stage: the warmup restarts at every stage, "
+                        "scaling transferred blocks down to 0 again (the old default); run: one warmup over the "
+                        "whole curriculum")
 
 
 def _optimization_flags(p):
@@ -254,5 +261,8 @@ def check_args(p, args):
         p.error(f"--mir-ratio {args.mir_ratio!r}: give LO,HI with 0 <= LO <= HI <= 1, e.g. 0.0,0.5")
     if args.mir and args.objective == "mdlm":
         p.error("--mir regularises next-token prediction: use it with --objective ar, not mdlm")
+    if args.baseline and "," not in args.stages and not args.init_from:
+        p.error("--baseline compares a curriculum (two or more --stages, or --init-from) with its last stage "
+                "trained alone from random init; this run already is that")
     if args.iters is None and args.epochs is None and args.tokens is None:
         args.iters = 200

@@ -20,6 +20,20 @@ its graph (the buffer is a graph input, its values are data, not constants).
         hook.update(step)            # before the forward pass of update `step`
         ...forward, backward, optimizer.step()
 
+In a curriculum (train.py --prores-scope). The paper warms up a model trained from scratch: at t = 0
+every block is switched off and the shallow ones switch on first, so that the deep ones start learning on
+a settled input. A block that arrives trained from the previous stage has nothing to warm up: ramping
+it from 0 again switches off what the transfer brought, while the new stage's lr is at its peak.
+  fresh (default)  only a stage whose blocks start from random init warms up: the first stage of a run
+                   trained from scratch, or a stage whose --transfer brings no attention or MLP weights;
+                   a stage whose blocks arrive trained (transferred, --init-from) keeps alpha = 1;
+  stage            every stage warms up from 0 again (the default before issue #38): transferred blocks
+                   are scaled down and switched back on over the stage;
+  run              one warmup over the whole curriculum (T auto from the run's steps): alpha never falls
+                   at a stage boundary, but blocks may arrive trained while their alpha is still below 1.
+Measured on the headline command (music -> poetry -> prose at train.py's default budget, 3 seeds):
+experiments/results/ladder-headline.
+
 Once every layer has reached its final value the hook stops touching the model (`done`).
 Every schedule, the fixed ones too, ends at alpha = 1: the authors switch the model back to its
 plain norm type once the warmup of P = T * L updates is over (torchrun_main.py:416-417 and 491-493,
@@ -29,6 +43,18 @@ RESET_NORM_TYPE defaults to true), whatever the schedule held until then.
 import math
 
 import torch
+
+SCOPES = ("fresh", "stage", "run")  # train.py --prores-scope: which stages of a curriculum warm up (see above)
+
+
+def ramps(scope, blocks_trained):
+    """Whether a stage of a curriculum warms up: always with scope "stage" or "run"; with "fresh"
+    only when its blocks start from random init (blocks_trained: the stage received attention or
+    MLP weights from the previous stage or --init-from)."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown ProRes scope {scope!r}; choose one of {SCOPES}")
+    return scope != "fresh" or not blocks_trained
+
 
 STAGEWISE_FLOORS = ("stagewise-1/L", "stagewise-1/sqrt(L)", "stagewise-1/sqrt(l)")
 WARMUPS = ("linear", "equal", "reverse", "sqrt", "square", "stagewise") + STAGEWISE_FLOORS

@@ -14,6 +14,7 @@ One live run per --out folder (OUT/.lock, checkpoint.RunLock); a run that fails 
 leaves its folder as it found it.
 """
 
+import argparse
 import json
 import math
 import os
@@ -40,7 +41,7 @@ from checkpoint import (MetricsLog, RunLock, check_device, check_resume_args, cl
                         stage_file)
 from data.common import UserError, atomic_write_bytes, cache_dir
 from flags import parse_args
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, group_of
 
 
 class TrainingDiverged(UserError):
@@ -184,7 +185,7 @@ def build_model(args, corpus, objective, prev, device, master):
     """A fresh GPT for this stage's vocabulary (+ the objective's [MASK] row), with the previous
     stage's weights transferred (prev = {"model": state, "tokenizer": ...} or None), the embedding
     optionally set to the previous rows' mean, and --freeze applied. Returns (model, config,
-    autocast dtype name)."""
+    autocast dtype name, whether its blocks arrive trained: attention or MLP weights transferred)."""
     dtype, head_dtype = resolve_dtype(args.dtype, device, corpus.vocab_size)
     cfg = GPTConfig(block_size=args.block_size, vocab_size=corpus.vocab_size + objective.extra_tokens,
                     n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout,
@@ -192,6 +193,7 @@ def build_model(args, corpus, objective, prev, device, master):
                     bias=not args.no_bias, tie_weights=not args.no_tie, norm=args.norm, init=args.init,
                     causal=objective.causal, loss_impl=args.loss_impl, head_dtype=head_dtype)
     model = GPT(cfg)
+    blocks_trained = False
     if prev is not None:
         dst_tok = corpus.info.get("tokenizer") or f"vocab-{corpus.vocab_size}"
         src_vocab = prev["model"]["transformer.wte.weight"].shape[0]
@@ -203,6 +205,7 @@ def build_model(args, corpus, objective, prev, device, master):
             report = transfer.transfer(prev["model"], model, groups, shared_rows=src_tok == dst_tok)
         except ValueError as e:
             raise UserError(str(e).replace("\n", " ")) from None
+        blocks_trained = any(group_of(n) in ("attn", "mlp") for n in report["copied"])
         if args.embed_init == "mean" and "embed" not in groups:
             transfer.mean_embedding_init(prev["model"], model)
         if args.freeze:
@@ -213,7 +216,7 @@ def build_model(args, corpus, objective, prev, device, master):
                   + ("; embedding and head rows = the previous embedding rows' mean"
                      if args.embed_init == "mean" and "embed" not in groups else "")
                   + (f"; frozen: {args.freeze}" if args.freeze else ""))
-    return model, cfg, dtype
+    return model, cfg, dtype, blocks_trained
 
 
 class Env(NamedTuple):
@@ -325,7 +328,7 @@ def setup_stage(args, env, si, name, prev, resume, prores_T_run):
     seq_len = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
     check_step_fits(args, corpus, seq_len)
     torch.manual_seed(args.seed + si)
-    model, cfg, dtype = build_model(args, corpus, objective, prev, env.device, env.master)
+    model, cfg, dtype, blocks_trained = build_model(args, corpus, objective, prev, env.device, env.master)
     model.to(env.device)
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     fwd = torch.compile(model) if args.compile else model
@@ -349,7 +352,7 @@ def setup_stage(args, env, si, name, prev, resume, prores_T_run):
         S.start_iter, S.plateau = resume["iter"], resume.get("plateau", S.plateau)
         if S.plateau["stopped_at"]:  # killed after --patience ended the stage: do not train on
             S.start_iter = S.iters
-    if args.prores:
+    if args.prores and prores.ramps(args.prores_scope, blocks_trained):  # (else alpha stays 1: the buffer's ones)
         T = args.prores_T if args.prores_T != "auto" else prores_T_run or max(1, round(S.iters / (2 * args.n_layer)))
         S.prores_hook = prores.ProRes(S.model, T, args.prores_schedule)
     return S
@@ -463,11 +466,29 @@ def run(args):
     try:
         result = train_curriculum(args, env, out)
         finished = True
-        return result
     finally:
         lock.release()
         if not finished:
             remove_empty(made)
+    return with_baseline(args, env, out, result) if args.baseline else result
+
+
+def with_baseline(args, env, out, result):
+    """--baseline: the last stage alone from random init, with the same flags, budget and seed (exactly
+    `--stages <last stage>` without --init-from), as a run of its own in OUT/baseline (resumable like
+    any run); its perplexity beside the curriculum's in OUT/summary.json ("baseline") and on screen."""
+    last = args.stages.split(",")[-1]
+    base = argparse.Namespace(**{**vars(args), "stages": last, "init_from": None, "baseline": False,
+                                 "out": str(out / "baseline")})
+    if env.master:
+        print(f"\n--baseline: {last} alone from random init, the same flags and seed, in {base.out}")
+    ref, cur = run(base)["stages"][-1]["val_ppl"], result["stages"][-1]["val_ppl"]
+    result["baseline"] = {"folder": "baseline", "stage": last, "val_ppl": ref, "curriculum_val_ppl": cur,
+                          "change": cur / ref - 1}
+    if env.master:
+        atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())
+        print(f"\n{last} val ppl: curriculum {cur:.1f} vs random init {ref:.1f} ({100 * (cur / ref - 1):+.1f}%)")
+    return result
 
 
 def train_curriculum(args, env, out):
@@ -513,7 +534,9 @@ def train_curriculum(args, env, out):
                   f"{S.model.get_num_params():,} non-embedding params | {device} {S.dtype}"
                   f"{' (head ' + S.cfg.head_dtype + ')' if S.cfg.head_dtype else ''}"
                   + (f" | ProRes on: T {S.prores_hook.T:g} steps per layer, {S.prores_hook.schedule}, warmup over "
-                     f"the {args.prores_scope}" if S.prores_hook is not None else ""))
+                     f"the {'run' if args.prores_scope == 'run' else 'stage'}" if S.prores_hook is not None else "")
+                  + (" | ProRes: alpha = 1, the blocks arrive trained (--prores-scope fresh)"
+                     if args.prores and S.prores_hook is None else ""))
         S.model.train()
         last_eval, t0 = None, time.time()
         bar = tqdm(total=S.iters, initial=S.start_iter, desc=name, disable=not env.master or args.no_progress,
@@ -598,7 +621,7 @@ def train_curriculum(args, env, out):
             plot_losses(out)
         log.close()
         print(where_things_are(out, stages, S.corpus.info if S is not None else None))
-    if world > 1:
+    if world > 1 and not args.baseline:  # (with --baseline its run uses the process group too)
         dist.barrier()
         dist.destroy_process_group()
     return result
