@@ -6,6 +6,7 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py                   # the default (--preset contributions): the six contributions
     python experiments/ladder.py --quick           # a smoke version in minutes: every condition at d16, 2 seeds
     python experiments/ladder.py --preset subset   # 4 conditions at d 16/32/64 on the first 65,536 prose tokens
+    python experiments/ladder.py --preset headline # train.py's headline command as typed (HEADLINE_ARMS), 3 seeds
     python experiments/ladder.py --full            # every condition, d 16/32/64, 5 seeds
     python experiments/ladder.py --paper --plan    # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
@@ -30,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
-from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
+from flags import ArgumentParser, parse_args as train_flags  # noqa: E402 (one-line errors, like train.py)
 
 from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
@@ -73,7 +74,10 @@ PRESETS = {"contributions": dict(conditions=",".join(c for c in CONDITIONS if c 
                                   "synthetic")), widths="16", capacity_widths="32,64", seeds=3, headline_seeds=5,
                                   batch_size=16, prose_tokens=655360, prose_epochs=2, music_steps=600,
                                   poetry_steps=600, music_chunks=1346, long_epochs=10, patience=1),
-           "subset": dict(conditions="random,music,ladder,compute-matched", widths="16,32,64", seeds=3)}
+           "subset": dict(conditions="random,music,ladder,compute-matched", widths="16,32,64", seeds=3),
+           "headline": dict(seeds=3)}  # train.py's headline command as typed, at its defaults, seed 1337 + k
+HEADLINE_ARMS = {"prose-only": "prose", "curriculum": "music,poetry,prose", "curriculum+prores": "music,poetry,prose "
+                 "--prores", "curriculum+prores-stage": "music,poetry,prose --prores --prores-scope stage"}  # --stages
 FULL = dict(conditions="all", widths="16,32,64", seeds=5)
 QUICK = dict(conditions="all", widths="16", capacity_widths="32", seeds=2, headline_seeds=0, batch_size=4,
              block_size=64, prose_tokens=2048, prose_epochs=2, music_steps=16, poetry_steps=8, music_chunks=200,
@@ -119,6 +123,10 @@ def parse_args(argv=None):
     preset = {**SETTINGS, **PRESETS[a.preset], **(QUICK if a.quick else FULL if a.full else PAPER if a.paper else {})}
     vars(a).update({k: v for k, v in preset.items() if getattr(a, k, None) is None})
     a.out = Path(a.out or "out/ladder" + ("-quick" if a.quick else "-paper" if a.paper else "")).resolve()
+    if a.preset == "headline":  # (report.json keeps the arms and train.py's defaults they ran at)
+        d = vars(train_flags([]))
+        return setattr(a, "budget", {k: d[k] for k in ("iters", "batch_size", "block_size", "n_layer", "n_embd",
+                                                       "lr")}) or setattr(a, "conditions", dict(HEADLINE_ARMS)) or a
     names = list(CONDITIONS) if a.conditions == "all" else [c.strip() for c in a.conditions.split(",") if c.strip()]
     if set(names) - set(CONDITIONS):
         p.error(f"unknown condition(s) {sorted(set(names) - set(CONDITIONS))}; choose from: {', '.join(CONDITIONS)}")
@@ -219,6 +227,11 @@ def chain(a, condition, width, seed):
 
 def plan(a):
     """{name: Run} of every run needed, each with meta["wave"] (1 + its dependency's) and meta["cpu_s"]."""
+    if a.preset == "headline":  # cpu_s: 1-thread seconds measured per text stage (music's are few)
+        return {f"{c}-s{s}": Run(f"{c}-s{s}", a.out / "runs" / f"{c}-s{s}", f"--stages {v} --seed {1337+s}".split(),
+                                 dict(condition=c, seed=1337 + s, wave=1, deps=[], kind="text", stage=v.split()[0],
+                                      steps=a.budget["iters"] * (1 + v.count(",")), cpu_s=200 + 220 * v.count(",")))
+                for c, v in HEADLINE_ARMS.items() for s in range(a.seeds)}
     runs = {}
     for c, w, s in cells(a):
         for r in chain(a, c, w, s):
@@ -233,13 +246,16 @@ def plan(a):
 
 
 def print_plan(a, runs):
-    spe, unique = steps_per_epoch(a)
     jobs = max(1, min(a.jobs, os.cpu_count() or 1))
-    print(f"ladder plan: {', '.join(a.conditions)}; widths {a.widths}; seeds 0..{a.seeds - 1}; out {a.out}\nprose: "
-          f"{'first ' + format(unique, ',') + ' tokens' if unique else 'the whole corpus'} of {a.prose_stage} "
-          f"({a.prose}), {a.prose_epochs} epochs of {spe} steps x {a.batch_size} x {a.block_size}; music "
-          f"{a.music_steps} steps on {a.music_chunks} / {3 * a.music_chunks} chunks; poetry {a.poetry_steps} steps; "
-          f"compute-matched {ladder_steps(a)} steps; long pair d{a.long_width}, <= {a.long_epochs} epochs")
+    if a.preset == "headline":
+        print(f"ladder plan (--preset headline): train.py --stages {' | '.join(a.conditions.values())} at {a.budget}")
+    else:
+        spe, unique = steps_per_epoch(a)
+        print(f"ladder plan: {', '.join(a.conditions)}; widths {a.widths}; seeds 0..{a.seeds - 1}; out {a.out}\nprose: "
+              f"{'first ' + format(unique, ',') + ' tokens' if unique else 'the whole corpus'} of {a.prose_stage} "
+              f"({a.prose}), {a.prose_epochs} epochs of {spe} steps x {a.batch_size} x {a.block_size}; music "
+              f"{a.music_steps} steps on {a.music_chunks} / {3 * a.music_chunks} chunks; poetry {a.poetry_steps} steps"
+              f"; compute-matched {ladder_steps(a)} steps; long pair d{a.long_width}, <= {a.long_epochs} epochs")
     for wave in sorted({r.meta["wave"] for r in runs.values()}):
         rs = sorted((r for r in runs.values() if r.meta["wave"] == wave), key=lambda r: -r.meta["cpu_s"])
         print(f"\nwave {wave}: {len(rs)} runs, ~{sum(r.meta['cpu_s'] for r in rs) / 60:.1f} CPU-min")
@@ -324,6 +340,17 @@ def collect(a, runs):
             "prose_unigram_ppl": uni.pop() if len(uni) == 1 else None}, details
 
 
+def headline_records(a, runs):
+    """--preset headline: (records: a finished run's last-stage (prose) perplexity, missing: the other runs); the
+    headline command's losses at seed 1337 (train.py's loss.png) as OUT/headline.png."""
+    done, head = [(r.meta, common.read_summary(r.folder)) for r in runs.values()], runs["curriculum+prores-s0"].folder
+    if (head / "metrics.jsonl").exists():
+        common.train.plot_losses(head), (a.out / "headline.png").write_bytes((head / "loss.png").read_bytes())
+    return ([{"condition": m["condition"], "seed": m["seed"], "ppl_final": s["stages"][-1]["val_ppl"], "stage_ppl":
+              [t["val_ppl"] for t in s["stages"]], "seconds": round(s["seconds"], 1)} for m, s in done if s],
+            [[m["condition"], m["seed"], "not run or diverged"] for m, s in done if not s])
+
+
 def main(argv=None):
     from experiments.lib import ladder_report
     a, t0 = parse_args(argv), time.time()
@@ -343,7 +370,8 @@ def main(argv=None):
             print_plan(a, runs)
             check_music_chunks(a, runs)
             provenance = prov.finish(runs_trained=run_waves(a, runs))
-        text = ladder_report.render(a, *collect(a, runs), a.out, provenance)
+        text = (ladder_report.render_headline(a, *headline_records(a, runs), a.out, provenance)
+                if a.preset == "headline" else ladder_report.render(a, *collect(a, runs), a.out, provenance))
     print("\n" + text + f"\nwrote {a.out / 'report.md'}, report.json, details.json and the PNGs "
           f"({time.time() - t0:.0f} s in all)")
 

@@ -4,6 +4,7 @@ scipy by code of its own (not the engine's): the paired t-test where both arms s
 otherwise, linregress for a trend; an effect only at p < 0.05 with n >= 3 a side (4 points for a
 slope); a claim read in several cells gets one combined verdict. And what results.py reads is there."""
 import importlib
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -18,8 +19,10 @@ VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not meas
 
 
 def paper_claims(name):
-    """The claim table of the experiment that wrote experiments/results/<name> (<script>[-<preset>])."""
-    return importlib.import_module(f"experiments.lib.{name.split('-')[0]}_claims")
+    """The claim table of the experiment that wrote experiments/results/<name> (<script>[-<preset>]): the preset's
+    own (experiments/lib/<script>_<preset>_claims.py, e.g. ladder_headline_claims) where there is one."""
+    own = f"experiments.lib.{name.replace('-', '_')}_claims"
+    return importlib.import_module(own if importlib.util.find_spec(own) else f"experiments.lib.{name.split('-')[0]}_claims")
 
 
 def ok(x):

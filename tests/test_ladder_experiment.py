@@ -13,7 +13,7 @@ from scipy import stats
 import train
 from conftest import write_paragraphs
 from experiments import ladder
-from experiments.lib import ladder_claims, ladder_report
+from experiments.lib import ladder_claims, ladder_headline_claims, ladder_report
 from experiments.lib.claims import VERDICTS, fmt_p, read_all
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results"
@@ -250,3 +250,41 @@ def test_committed_report_rebuilds_byte_identical(name, tmp_path):
     if name == "ladder":
         assert all(len(seeds(c, 16)) >= 3 for c in MUST_HOLD_D16) and len(seeds("long-ladder", 64)) == 3
         assert [ln.split(" | ")[0] for ln in rep["front_table"]["lines"][2:]] == [f"| {n}" for n in range(1, 7)]
+
+
+def test_headline_preset_runs_train_py_as_typed_and_reports_from_the_runs(tmp_path):
+    """--preset headline: each arm is train.py's command as a user types it (its defaults, seed 1337 + k); the report
+    reads each run's last-stage perplexity, and rebuilds byte for byte from report.json alone."""
+    out = tmp_path / "h"
+    a = ladder.parse_args(["--preset", "headline", "--out", str(out)])
+    runs = ladder.plan(a)
+    assert len(runs) == 12 and a.budget["iters"] == train.parse_args([]).iters and list(a.conditions) == list(ladder.HEADLINE_ARMS)
+    for r in runs.values():
+        args = train.parse_args(r.argv)
+        assert r.argv == ["--stages", *ladder.HEADLINE_ARMS[r.meta["condition"]].split(), "--seed", str(args.seed)]
+        assert args.seed in (1337, 1338, 1339) and args.prores == ("prores" in r.meta["condition"])
+        assert args.prores_scope == ("stage" if r.meta["condition"].endswith("stage") else "fresh")
+    ppl = {"prose-only": (900, 911, 942), "curriculum": (700, 705, 730), "curriculum+prores": (690, 700, 728),
+           "curriculum+prores-stage": (800, 790, 850)}
+    for r in runs.values():  # finished runs, made up: the report follows from their summaries
+        r.folder.mkdir(parents=True)
+        stages = [{"val_ppl": v} for v in (30.0, 500.0)[:r.argv[1].count(",")]]
+        stages.append({"val_ppl": ppl[r.meta["condition"]][r.meta["seed"] - 1337]})
+        (r.folder / "summary.json").write_text(json.dumps({"stages": stages, "seconds": 60.0 * len(stages)}))
+    ladder.main(["--preset", "headline", "--out", str(out), "--report-only"])
+    rep = json.loads((out / "report.json").read_text())
+    assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in ladder_headline_claims.CLAIMS]
+    x, y = [r["ppl_final"] for r in rep["runs"] if r["condition"] == "curriculum"], [
+        r["ppl_final"] for r in rep["runs"] if r["condition"] == "prose-only"]
+    assert rep["verdicts"][0]["cells"][0]["p"] == pytest.approx(stats.ttest_rel(x, y).pvalue, rel=1e-9)
+    assert [v["verdict"] for v in rep["verdicts"]] == ["reproduces", "reproduces", "no clear difference", "reproduces"]
+    lines = rep["front_table"]["lines"]
+    assert lines[2] == "| prose-only | `prose` | 917.7 ± 21.8 | 900.0 / 911.0 / 942.0 | +0.0% | 1.0 |"
+    assert lines[3] == "| curriculum | `music,poetry,prose` | 711.7 ± 16.1 | 700.0 / 705.0 / 730.0 | -22.4% | 3.0 |"
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in ("report.md", "report.json"):
+        (copy / f).write_bytes((out / f).read_bytes())
+    ladder.main(["--report-only", "--out", str(copy)])
+    for f in ("report.md", "report.json"):
+        assert (copy / f).read_bytes() == (out / f).read_bytes(), f

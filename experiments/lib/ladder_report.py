@@ -161,8 +161,34 @@ def rebuild(out):
     rep = json.loads((out / "report.json").read_text())
     path = out / "details.json"
     details = json.loads(path.read_text())["runs"] if path.exists() else None
+    if rep["settings"].get("preset") == "headline":
+        return render_headline(argparse.Namespace(**rep["settings"]), rep["runs"], rep["missing"], out,
+                               rep.get("provenance"))
     data = {k: rep[k] for k in ("runs", "missing", "facts", "prose_unigram_ppl")}
     return render(argparse.Namespace(**rep["settings"]), data, details, out, rep.get("provenance"))
+
+
+def render_headline(a, records, missing, out, provenance):
+    """--preset headline: report.md and report.json from the records (one per arm and seed)."""
+    from experiments.lib.ladder_headline_claims import CLAIMS as HEADLINE
+    entries, b = read_all(HEADLINE, records), a.budget
+    ppl = {c: [r["ppl_final"] for r in records if r["condition"] == c] for c in a.conditions}
+    lines = ["| arm | train.py --stages | prose val ppl | seeds 1337 / 1338 / 1339 | vs prose only | min |", "|---" * 6
+             + "|"] + [f"| {c} | `{v}` | {fmt_mean_std(ppl[c], '{:.1f}')} | {' / '.join(f'{x:.1f}' for x in ppl[c])} | "
+                       f"{100 * (mean_std(ppl[c])[0] / mean_std(ppl['prose-only'])[0] - 1):+.1f}% | "
+                       f"{mean_std([r['seconds'] / 60 for r in records if r['condition'] == c])[0]:.1f} |"
+                       for c, v in a.conditions.items() if ppl[c]]
+    regime = (f"train.py's default budget, each arm's command as typed: {b['iters']} steps a stage of {b['batch_size']}"
+              f" x {b['block_size']} tokens, {b['n_layer']} layers, d = {b['n_embd']}, lr {b['lr']:g}; {a.seeds} seeds "
+              "from 1337 (the default); 'min': a run's minutes on one thread; the paper: WikiText-103, to convergence.")
+    text = "\n".join(["# The headline command: `python train.py --stages music,poetry,prose --prores`", "",
+                      provenance_line(provenance), "", *table(entries), "", RULE, "", *lines, "", regime, "",
+                      *(f"Missing: {m}" for m in missing), "`headline.png`: the headline command's loss (1337).", ""])
+    common.write_report(out, text, source=SOURCE, regime=regime, figures=["headline.png"], verdicts=entries,
+                        provenance=provenance, front_table={"title": "The headline command at train.py's default "
+                        "budget, prose perplexity per arm", "lines": lines}, runs=records, missing=missing,
+                        settings={k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS})
+    return text
 
 
 # --- figures ---------------------------------------------------------------------------------------
