@@ -264,7 +264,11 @@ def open_run(args, out, stages, env):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C in the training loop, after the step in flight finished and was checkpointed."""
+    """Ctrl-C in the training loop, after the step in flight finished and was checkpointed (to `ckpt`)."""
+
+    def __init__(self, message, ckpt=None):
+        super().__init__(message)
+        self.ckpt = ckpt
 
 
 class CtrlC:
@@ -576,7 +580,7 @@ def train_curriculum(args, env, out):
                     if done % args.eval_interval and done != S.iters:
                         checkpoint(S, done, si)
                     bar.close()
-                    raise Interrupted(f"step {done} of stage {si + 1}/{len(stages)} ({name})")
+                    raise Interrupted(f"step {done} of stage {si + 1}/{len(stages)} ({name})", out / "ckpt.pt")
         bar.close()
         iters = S.plateau["stopped_at"] or S.iters
         if last_eval is None:  # a resumed stage that had already finished its steps
@@ -694,7 +698,7 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as e:
-        ckpt = Path(args.out) / "ckpt.pt"
+        ckpt = getattr(e, "ckpt", None) or Path(args.out) / "ckpt.pt"  # (--baseline: OUT/baseline's)
         if isinstance(e, Interrupted):
             print(f"\ninterrupted after {e}; saved {ckpt}: continue with the same command and --resume",
                   file=sys.stderr)

@@ -123,3 +123,26 @@ def test_runs_written_before_the_default_scope_changed_still_resume():
     with pytest.raises(UserError, match="--prores-T"):                            # other ProRes flags still count
         check(old("--stages", "music", "--prores"), "--stages", "music", "--prores", "--prores-T", "3")
     check(vars(Namespace(**vars(parse_args(["--stages", "music,prose"])))), "--stages", "music,prose", "--baseline")
+
+
+def test_ctrl_c_in_the_baseline_names_its_checkpoint_and_resume_finishes_it(cache, two_texts, tmp_path, capsys,
+                                                                          monkeypatch):
+    import os
+    import signal
+    a, b = two_texts
+    out, real = tmp_path / "cur", train.train_step
+    argv = TINY + ["--iters", "8", "--eval-interval", "4", "--n-layer", "3", "--no-plot", "--out", str(out),
+                   "--stages", f"text:{a},text:{b}", "--baseline"]
+
+    def ctrl_c_in_the_baseline(S, args, env, it):
+        if args.out.endswith("baseline") and it == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(S, args, env, it)
+    monkeypatch.setattr(train, "train_step", ctrl_c_in_the_baseline)
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and f"saved {out / 'baseline' / 'ckpt.pt'}" in err and "--resume" in err, err
+    monkeypatch.undo()
+    s = train.run(parse_args(argv + ["--resume"]))
+    assert s["baseline"]["val_ppl"] == run(tmp_path / "alone", "--stages", f"text:{b}")["stages"][0]["val_ppl"]
