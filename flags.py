@@ -168,6 +168,9 @@ def _evaluation_flags(p):
     g.add_argument("--patience", type=int, default=None,
                    help="end a stage early once its validation loss has not improved for this many "
                         "evaluations in a row (train until the loss plateaus; default: off)")
+    g.add_argument("--min-delta", type=float, default=0.0,
+                   help="with --patience: an evaluation improves only when its validation loss beats the best so "
+                        "far by more than this many nats (default: 0, any improvement)")
     g.add_argument("--log-interval", type=int, default=10, help="log the train loss every N steps")
     g.add_argument("--out", default="out/run", help="output folder (default: %(default)s)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt if it exists")
@@ -224,7 +227,7 @@ def check_args(p, args):
         if v is not None and v <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive, got {v:g}")
     for flag in ("lr", "min_lr", "weight_decay", "grad_clip", "mir_lambda", "mir_keep_first", "warmup_iters",
-                 "threads"):
+                 "threads", "min_delta"):
         v = getattr(args, flag)
         if v < 0:
             p.error(f"--{flag.replace('_', '-')} must be zero or more, got {v:g}")

@@ -566,15 +566,17 @@ def train_curriculum(args, env, out):
                     emit(event="eval", stage=name, stage_index=si, iter=done,
                          **{(k if k in ("accuracy", "act_rms") else f"{k}_loss"): v for k, v in last_eval.items()})
                     p = S.plateau
-                    p["bad_evals"] = 0 if last_eval["val"] < p["best"] else p["bad_evals"] + 1
-                    p["best"] = min(p["best"], last_eval["val"])
+                    if last_eval["val"] < p["best"] - args.min_delta:  # an improvement: by more than --min-delta
+                        p["best"], p["bad_evals"] = last_eval["val"], 0
+                    else:
+                        p["bad_evals"] += 1
                     if args.patience and p["bad_evals"] >= args.patience and done < S.iters:
                         p["stopped_at"] = done
                     checkpoint(S, done, si)
                     if p["stopped_at"]:
                         if env.master:
-                            print(f"\n{name}: no improvement in {args.patience} evaluations: stopped at step {done} "
-                                  f"(best val loss {p['best']:.4f})")
+                            print(f"\n{name}: no improvement by more than {args.min_delta:g} in {args.patience} "
+                                  f"evaluations: stopped at step {done} (best val loss {p['best']:.4f})")
                         break
                 if ctrl_c.asked:  # the step is done: save it, then stop
                     if done % args.eval_interval and done != S.iters:

@@ -133,3 +133,12 @@ def test_patience_stops_a_stage_at_a_plateau(cache, text_dir, tmp_path):
             "--patience", "1", "--lr", "0", "--min-lr", "0", "--warmup-iters", "0")
     st = s["stages"][0]
     assert st["stopped_early"] == 2 and st["iters"] == 2  # lr 0: the second eval cannot improve
+
+
+def test_min_delta_counts_only_improvements_larger_than_it(cache, text_dir, tmp_path):
+    """The loss falls at every evaluation (lr 3e-3, the first steps), but never by 5 nats: with --min-delta 5 the
+    second evaluation is not an improvement; without it the stage trains on."""
+    flags = ("--stages", f"text:{text_dir}", "--iters", "4", "--eval-interval", "1", "--patience", "1",
+             "--warmup-iters", "0")
+    assert run(tmp_path / "d", *flags, "--min-delta", "5")["stages"][0]["stopped_early"] == 2
+    assert run(tmp_path / "n", *flags)["stages"][0]["stopped_early"] is None
