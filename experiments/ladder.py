@@ -230,7 +230,7 @@ def plan(a):
     if a.preset == "headline":  # cpu_s: 1-thread seconds measured per text stage (music's are few)
         return {f"{c}-s{s}": Run(f"{c}-s{s}", a.out / "runs" / f"{c}-s{s}", f"--stages {v} --seed {1337+s}".split(),
                                  dict(condition=c, seed=1337 + s, wave=1, deps=[], kind="text", stage=v.split()[0],
-                                      steps=a.budget["iters"] * (1 + v.count(",")), cpu_s=200 + 220 * v.count(",")))
+                                      steps=a.budget["iters"] * (1 + v.count(",")), cpu_s=200 + 125 * v.count(",")))
                 for c, v in HEADLINE_ARMS.items() for s in range(a.seeds)}
     runs = {}
     for c, w, s in cells(a):
