@@ -10,7 +10,8 @@ Each report.json (written by experiments/lib/<name>_report.py) carries what this
 `verdicts` (per claim of the paper: the claim, the paper's number, ours, the test, the verdict),
 `figures`, `provenance` (commit, command, hardware, wall time), and optionally `front_table`
 (a title and Markdown table lines the report wants beside its claims and on the README; with
-`readme_only` on the README alone). Every verdict is read by the one engine, experiments/lib/claims.py,
+`readme_only` on the README alone; another preset's report named in SHOWN has its front table shown
+beside its paper's). Every verdict is read by the one engine, experiments/lib/claims.py,
 from the claim table of its paper (experiments/lib/<paper>_claims.py).
 """
 
@@ -32,6 +33,8 @@ PAPERS = (("ladder", "The ladder: music, then poetry, then prose"),
           ("procedural", "Procedural pre-training: algorithmic data before language"),
           ("data_constrained", "Data-constrained pre-training: Masked-Input Regularization and SoftQ"),
           ("prores", "ProRes: progressive residual warmup"))
+# the other presets' reports whose front table stands beside their paper's (on RESULTS.md and the README)
+SHOWN = {"ladder": ("ladder-headline",)}
 BEGIN, END = "<!-- results table: made by results.py -->", "<!-- end of results table -->"
 
 
@@ -51,7 +54,11 @@ def paper_section(i, name, heading, rep):
     figs = rep.get("figures", [])
     if figs:
         lines += ["", "Figures: " + ", ".join(f"[{f}]({link}/{f})" for f in figs) + "."]
-    earlier = sorted(p.parent.name for p in RESULTS.glob(f"{name}-*/report.md"))
+    for other in SHOWN.get(name, ()):
+        t, at = load(other)["front_table"], f"experiments/results/{other}"
+        lines += ["", f"{t['title']} ([{at}/report.md]({at}/report.md)):", ""] + t["lines"]
+    earlier = sorted(p.parent.name for p in RESULTS.glob(f"{name}-*/report.md")
+                     if p.parent.name not in SHOWN.get(name, ()))
     if earlier:  # the earlier defaults' reports, kept beside the current one
         lines += ["", "Earlier runs of this experiment (other presets): "
                   + ", ".join(f"[{e}/report.md](experiments/results/{e}/report.md)" for e in earlier) + "."]
@@ -90,6 +97,9 @@ def readme_table(reports):
         t = reports[name].get("front_table")
         if t:
             lines += ["", f"{heading}: {t['title'][0].lower()}{t['title'][1:]}:", ""] + t["lines"]
+        for other in SHOWN.get(name, ()):
+            t = load(other)["front_table"]
+            lines += ["", f"{t['title']} ([report](experiments/results/{other}/report.md)):", ""] + t["lines"]
     return "\n".join(lines + [END])
 
 

@@ -33,8 +33,8 @@ def two_texts(tmp_path):
 
 
 def run(out, *flags):
-    return train.run(parse_args(TINY + ["--iters", "8", "--eval-interval", "8", "--n-layer", "3", "--no-plot", "--out", str(out)]
-                                + list(flags)))
+    return train.run(parse_args(TINY + ["--iters", "8", "--eval-interval", "8", "--n-layer", "3", "--no-plot",
+                                        "--out", str(out)] + list(flags)))
 
 
 def test_fresh_scope_ramps_the_stage_from_scratch_and_never_a_transferred_one(cache, two_texts, tmp_path,
