@@ -27,7 +27,7 @@ it from 0 again switches off what the transfer brought, while the new stage's lr
   fresh (default)  only a stage whose blocks start from random init warms up: the first stage of a run
                    trained from scratch, or a stage whose --transfer brings no attention or MLP weights;
                    a stage whose blocks arrive trained (transferred, --init-from) keeps alpha = 1;
-  stage            every stage warms up from 0 again (the default before issue #38): transferred blocks
+  stage            every stage warms up from 0 again, its transferred blocks too: they
                    are scaled down and switched back on over the stage;
   run              one warmup over the whole curriculum (T auto from the run's steps): alpha never falls
                    at a stage boundary, but blocks may arrive trained while their alpha is still below 1.
