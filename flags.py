@@ -189,9 +189,7 @@ def _hardware_flags(p):
     g.add_argument("--loss-impl", default="fused", choices=("fused", "standard"),
                    help="fused: chunked LM head + cross-entropy that never holds the full logits "
                         "(lm_loss.py); standard: full logits + F.cross_entropy, for comparison")
-    g.add_argument("--threads", type=int, default=0,
-                   help="CPU threads per process (0 = cores / processes, but 1 for a narrow fp32 LM head, where one "
-                        "thread is faster: train.default_threads)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = cores / processes)")
 
 FLAG_GROUPS = (_curriculum_and_data_flags, _budget_flags, _model_flags, _objective_flags, _transfer_flags,
                _prores_flags, _optimization_flags, _evaluation_flags, _hardware_flags)

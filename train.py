@@ -128,23 +128,10 @@ def setup_distributed(args):
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    threads = args.threads or default_threads(args, device, world)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     if device.type == "cpu":
         torch.set_num_threads(threads)
     return rank, world, local_rank, device
-
-
-def default_threads(args, device, world):
-    """--threads 0: the cores shared out among the processes, but one thread for a narrow LM head run in fp32 on
-    a CPU (--n-embd <= lm_loss.NARROW_HEAD; --dtype float32, or auto where a text head stays fp32), whose fused
-    head takes 16-row chunks only on one thread (lm_loss.chunk_rows). The default model (d = 16) on the 2-core
-    AVX2 EPYC, a text stage of the headline command: 298 s on 2 threads (quiet), 203 s on one (another job on
-    the other core)."""
-    from lm_loss import NARROW_HEAD
-    fp32_head = args.dtype == "float32" or (args.dtype == "auto" and not resolve_dtype("auto", device, 50257)[1])
-    if device.type == "cpu" and args.n_embd <= NARROW_HEAD and fp32_head:
-        return 1
-    return max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
 
 # The fused LM head + loss (lm_loss.py) in bf16 against fp32 on this 2-core AVX-512-bf16 CPU,

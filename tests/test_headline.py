@@ -146,16 +146,3 @@ def test_ctrl_c_in_the_baseline_names_its_checkpoint_and_resume_finishes_it(cach
     monkeypatch.undo()
     s = train.run(parse_args(argv + ["--resume"]))
     assert s["baseline"]["val_ppl"] == run(tmp_path / "alone", "--stages", f"text:{b}")["stages"][0]["val_ppl"]
-
-
-def test_auto_threads_take_one_for_a_narrow_fp32_head_on_a_cpu(monkeypatch):
-    cpu = torch.device("cpu")
-    monkeypatch.setattr(train.os, "cpu_count", lambda: 8)
-    assert train.default_threads(parse_args(["--dtype", "float32"]), cpu, 1) == 1          # d = 16: the default
-    assert train.default_threads(parse_args(["--dtype", "float32", "--n-embd", "64"]), cpu, 1) == 8
-    assert train.default_threads(parse_args(["--dtype", "float32", "--n-embd", "64"]), cpu, 2) == 4
-    assert train.default_threads(parse_args(["--dtype", "bfloat16"]), cpu, 1) == 8          # not an fp32 head
-    monkeypatch.setattr(train, "resolve_dtype", lambda name, device, vocab=None: ("float32", "bfloat16"))
-    assert train.default_threads(parse_args([]), cpu, 1) == 8                               # auto, bf16 text head
-    monkeypatch.setattr(train, "resolve_dtype", lambda name, device, vocab=None: ("float32", ""))
-    assert train.default_threads(parse_args([]), cpu, 1) == 1
