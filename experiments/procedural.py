@@ -12,12 +12,10 @@ The diagnostics as the authors run them (experiments/lib/procedural_authors.py: 
 their code, each difference): stream:NAME tasks (their token layout and loss, fresh records every step, never
 a test record), their model per task (HAYSTACK: 2 layers, 4 heads, d = 16, untied head), AdamW lr 1e-3,
 cosine, their budget of 10,000,000 records seen; a pre-training run per kind on the task's architecture
-(their yaml's steps and tokens), transferred whole with mean embedding rows (or attention / MLP alone).
+(on the d = 16 model until a stopping rule; else their yaml's steps), transferred whole with mean embedding rows (or attention / MLP alone).
 The default: HAYSTACK after no pre-training, Dyck and shuffled Dyck, 3 seeds; the accuracy curve every
-500,000 records. The rest of the authors' table is behind flags, e.g.
-    --kinds dyck,eca110,set,union --tasks haystack,reversed_addition,sorting --transfers full,attn,mlp
-    --split-kinds dyck,set --merges dyck/set
-(multiplication trains their 4-layer d = 512 model at batch 64: give --records to shorten it).
+500,000 records. `--cells table`: the paper's six claims (TABLE), each cell with its own baseline;
+--cells makes any other (multiplication: their 4-layer d = 512 model at batch 64).
 
 Runs live in OUT/runs/<name>/; a finished run is skipped and an interrupted one resumes from its last
 checkpoint, so a stopped sweep goes on where it stopped. The pre-training runs go first, then the merges,
@@ -41,42 +39,38 @@ from experiments.lib.provenance import Provenance, kept_provenance  # noqa: E402
 from experiments.lib import procedural_authors as pa  # noqa: E402
 from data.common import UserError, atomic_write_bytes  # noqa: E402
 
+# the six claims of the paper's diagnostic table, each cell (task:row[:transfer]) with its own baseline
+TABLE = ("haystack:none,haystack:dyck,haystack:dyck-shuffled,haystack:dyck:attn,haystack:dyck:mlp,"
+         "reversed_addition:none,reversed_addition:eca110,reversed_addition:eca110-shuffled,sorting:none,sorting:set,"
+         "sorting:union,sorting:set-shuffled,sorting:union-shuffled,sorting:attn-dyck+mlp-set")
+HAYSTACK = "haystack:none,haystack:dyck,haystack:dyck-shuffled"
 # preset -> flag defaults (the default; --quick)
-PRESETS = {"default": dict(kinds="dyck", tasks="haystack", transfers="full", seeds=3,
-                           records=pa.RECORDS, eval_records=500_000, task_test=4000, merges="none"),
-           "quick": dict(kinds="dyck", tasks="haystack", transfers="full", seeds=1,
-                         records=30_000, eval_records=10_000, task_test=1000, merges="none",
+PRESETS = {"default": dict(cells=HAYSTACK, seeds=3, records=pa.RECORDS, eval_records=500_000, task_test=4000),
+           "quick": dict(cells=HAYSTACK, seeds=1, records=30_000, eval_records=10_000, task_test=1000,
                          pretrain_steps=20, pretrain_rows=32)}
 # row-positions (steps x rows x context) a second of one 1-thread run of a 2_4_16 model on one core of the
 # 2-core EPYC, by part: what --plan estimates with (a larger model is slower)
 RATE = {"pretrain": 53_000, "task": 380_000}
 
 
-def csv(s):
-    return [x.strip() for x in s.split(",") if x.strip() and x.strip() != "none"]
-
-
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_sweep_args(p, "out/procedural")
     p.add_argument("--plan", action="store_true", help="print the runs and the estimated time; train nothing")
-    p.add_argument("--kinds", help="procedural kinds pre-trained on, comma-separated (default dyck; 'none')")
-    p.add_argument("--controls", help="kinds whose shuffled control is a row too (default: --kinds; 'none')")
-    p.add_argument("--tasks", help=f"diagnostic tasks (default haystack; {', '.join(pa.TASKS)})")
-    p.add_argument("--transfers", help="transfer modes: full, attn, mlp (default full)")
-    p.add_argument("--split-kinds", help="rows that also get the attn/mlp runs (default dyck,set where rows; 'all')")
-    p.add_argument("--merges", help="ATTN_KIND/MLP_KIND pairs: attention (and norms, positions) from the first "
-                   "kind's model, MLP from the second's (default none)")
+    p.add_argument("--cells", help="the runs, TASK:ROW[:TRANSFER],...: ROW none (the task's baseline), a kind, "
+                   "KIND-shuffled (its control) or attn-KIND+mlp-KIND (attention, norms and positions from one kind's "
+                   "model, MLP from the other's); TRANSFER full (default), attn or mlp. 'table': the paper's six "
+                   "claims (TABLE). Default haystack:none,haystack:dyck,haystack:dyck-shuffled")
     p.add_argument("--seeds", type=common.positive_int, help="seeds 0..N-1 of every run (default 3; quick 1)")
     p.add_argument("--records", type=common.positive_int, help="records seen per diagnostic run (default "
                    "10,000,000: their 10,000 steps of 1,000; quick 30,000)")
     p.add_argument("--eval-records", type=common.positive_int, help="records between evaluations, the points of "
                    "the accuracy curve (default 500,000; quick 10,000)")
     p.add_argument("--task-test", type=common.positive_int, help="test records per task (default 4000; quick 1000)")
-    p.add_argument("--pretrain-steps", type=common.positive_int, help="pre-training steps (default: their yaml "
-                   "per kind, Dyck 501, the sequence kinds 2,501; quick 20)")
-    p.add_argument("--pretrain-rows", type=common.positive_int, help="pre-training rows per step (default: their "
-                   "yaml, Dyck 32 x 2,048 tokens = 512 rows of --dyck-length 128; quick 32)")
+    p.add_argument("--pretrain-steps", type=common.positive_int, help="pre-training steps (default: on the d = 16 "
+                   "model a cap of 20,000 for the stopping rule, else their yaml's 2,501; quick 20)")
+    p.add_argument("--pretrain-rows", type=common.positive_int, help="pre-training rows per step (default 64 of "
+                   "their scripts; quick 32)")
     p.add_argument("--pretrain-lr", type=float, help="pre-training lr, constant (default 3e-3 for the d = 16 models)")
     p.add_argument("--dyck-length", type=common.positive_int, default=pa.DYCK_LENGTH,
                    help="tokens per Dyck row (default 128; theirs 2,048); its context must hold the task's")
@@ -90,12 +84,13 @@ def parse_args(argv=None):
     for k, v in PRESETS["quick" if a.quick else "default"].items():
         if getattr(a, k, None) is None:
             setattr(a, k, v)
-    a.controls = a.kinds if a.controls is None else a.controls
-    a.kinds, a.controls, a.tasks, a.transfers = map(csv, (a.kinds, a.controls, a.tasks, a.transfers))
-    row_names = pa.rows(a)
-    a.split_kinds = ([k for k in ("dyck", "set") if k in row_names] if a.split_kinds is None else
-                     row_names[1:] if a.split_kinds == "all" else csv(a.split_kinds))
-    a.merges = [tuple(m.split("/")) for m in csv(a.merges)]
+    a.cells = pa.parse_cells(TABLE if a.cells == "table" else a.cells)
+    pick = lambda f: list(dict.fromkeys(x for c in a.cells for x in f(*c)))  # noqa: E731 (in the cells' order)
+    a.tasks, a.transfers = pick(lambda t, r, m: [t]), pick(lambda t, r, m: [m])
+    a.merges = pick(lambda t, r, m: [tuple(r[len("attn-"):].split("+mlp-"))] if r.startswith("attn-") else [])
+    a.kinds = pick(lambda t, r, m: [] if r == "none" or r.startswith("attn-") or r.endswith(pa.SHUFFLED) else [r])
+    a.kinds += [k for mg in a.merges for k in mg if k not in a.kinds]   # a merge's models are pre-trained too
+    a.controls = pick(lambda t, r, m: [pa.base_kind(r)] if r.endswith(pa.SHUFFLED) else [])
     a.out = Path(a.out or ("out/procedural-quick" if a.quick else "out/procedural"))
     if a.reuse and not (Path(a.reuse) / "report.json").exists():
         raise UserError(f"--reuse {a.reuse}: no report.json there; give the folder of an earlier report")
@@ -105,29 +100,23 @@ def parse_args(argv=None):
 
 def check(a):
     from data import procedural
-    for k in a.kinds + a.controls + [k for m in a.merges for k in m]:
+    for m in a.merges:
+        if len(m) != 2:
+            raise UserError(f"--cells: a merge row is attn-KIND+mlp-KIND, e.g. attn-dyck+mlp-set, not "
+                            f"attn-{'+mlp-'.join(m)}")
+    for k in a.kinds + a.controls:
         if k not in procedural.KINDS:
             raise UserError(f"unknown procedural kind {k!r}; valid kinds: {', '.join(procedural.KINDS)}")
     for t in a.tasks:
         if t not in pa.TASKS:
             raise UserError(f"unknown task {t!r}; valid tasks: {', '.join(pa.TASKS)}")
-    for t in a.transfers:
-        if t not in ("full", "attn", "mlp"):
-            raise UserError(f"unknown transfer mode {t!r}; choose from full, attn, mlp")
-    for m in a.merges:
-        if len(m) != 2:
-            raise UserError(f"--merges takes ATTN_KIND/MLP_KIND pairs, e.g. dyck/set, not {'/'.join(m)!r}")
-    if a.merges and "full" not in a.transfers:
-        raise UserError("--merges are trained with full transfer: keep 'full' in --transfers or give --merges none")
-    missing = sorted({k for m in a.merges for k in m if k not in a.kinds})
-    if missing:
-        raise UserError(f"--merges uses kinds that are not pre-trained in --kinds: {', '.join(missing)}")
-    for k in a.split_kinds:
-        if k not in pa.rows(a)[1:]:
-            raise UserError(f"--split-kinds {k!r} is not a row (--kinds, or a control of --controls)")
+    for t, r, m in a.cells:
+        if m not in (("none",) if r == "none" else ("full",) if r.startswith("attn-") else ("full", "attn", "mlp")):
+            raise UserError(f"--cells {t}:{r}:{m}: a baseline takes no transfer, a merge is trained with full "
+                            "transfer, a kind's row with full, attn or mlp")
     if a.pretrain_lr is not None and a.pretrain_lr <= 0:
         raise UserError(f"--pretrain-lr must be positive, got {a.pretrain_lr}")
-    dyck = [k for k in pa.rows(a)[1:] if k.startswith("dyck")] + [k for m in a.merges for k in m if "dyck" in k]
+    dyck = [k for k in pa.rows(a)[1:] if k.startswith("dyck")]
     if dyck and a.dyck_length % 2:
         raise UserError(f"--dyck-length must be even (a balanced Dyck row), got {a.dyck_length}")
     widest = max(pa.TASKS[t]["context"] for t in a.tasks)

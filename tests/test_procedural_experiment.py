@@ -66,8 +66,9 @@ def test_plan_prints_every_run_and_an_estimate_and_trains_nothing(tmp_path, caps
 
 
 def toy_argv(out):
-    return ["--out", str(out), "--jobs", "1", "--threads", "1", "--seeds", "2", "--kinds", "dyck,set",
-            "--controls", "dyck", "--transfers", "full,attn,mlp", "--split-kinds", "dyck", "--merges", "dyck/set",
+    return ["--out", str(out), "--jobs", "1", "--threads", "1", "--seeds", "2", "--cells",
+            "haystack:none,haystack:dyck,haystack:set,haystack:dyck-shuffled,haystack:dyck:attn,haystack:dyck:mlp,"
+            "haystack:attn-dyck+mlp-set",
             "--records", "2000", "--eval-records", "2000", "--pretrain-steps", "2", "--pretrain-rows", "4",
             "--task-test", "100"]
 
@@ -193,17 +194,39 @@ def test_the_default_reads_its_pre_trained_models_against_their_entropy():
         assert f"{cond} {r['val_loss']:.3f} nats against its entropy {r['entropy']:.3f}" in rep["regime"]
     assert pre["dyck"]["val_loss"] - pre["dyck"]["entropy"] <= 0.1
 
+def test_the_table_cells_are_planned_each_with_its_baseline(tmp_path):
+    """--cells table: the paper's six claims as (task, row, transfer) cells, not a cross product; every kind
+    pre-trained on the d = 16 model by the stopping rule; a merge from the two kinds' models."""
+    import train
+    a = P.parse_args(["--cells", "table", "--out", str(tmp_path / "o")])
+    pre, base, warm = PA.plan(a)
+    cells = {(r.meta["task"], r.meta["condition"], r.meta["transfer"]) for r in base + warm}
+    assert cells == set(PA.parse_cells(P.TABLE)) and len(base + warm) == 3 * len(cells)
+    assert ("haystack", "set", "full") not in cells and ("sorting", "dyck", "full") not in cells
+    assert {(t, r) for t, r, m in cells if r == "none"} == {(t, "none") for t in a.tasks}
+    assert sorted(r.meta["condition"] for r in pre) == sorted(["dyck", "dyck-shuffled", "eca110", "eca110-shuffled",
+                                                               "set", "set-shuffled", "union", "union-shuffled"])
+    for r in pre:
+        t = train.parse_args(r.argv + ["--out", str(tmp_path / "x")])
+        assert (t.batch_size, t.iters, t.patience, t.min_delta, t.eval_interval) == (64, 20_000, 8, 0.001, 250)
+    merged = [r for r in warm if r.meta["condition"] == "attn-dyck+mlp-set"]
+    assert merged and all(r.meta["pre"] == ["pre-dyck-2_4_16-s0", "pre-set-2_4_16-s0"] for r in merged)
+    a = P.parse_args(["--cells", "sorting:none,sorting:set:attn", "--out", str(tmp_path / "o")])
+    assert [(r.meta["condition"], r.meta["transfer"]) for r in sum(PA.plan(a)[1:], [])] == [
+        ("none", "none")] * 3 + [("set", "attn")] * 3
+
 
 @pytest.mark.parametrize("flags, message", [
-    (["--kinds", "dyck,bogus"], "unknown procedural kind 'bogus'"),
-    (["--tasks", "haystack,poems"], "unknown task 'poems'"),
-    (["--merges", "dyck/eca110"], "not pre-trained"),
-    (["--transfers", "attn", "--merges", "dyck/dyck"], "trained with full transfer"),
-    (["--split-kinds", "set"], "is not a row"),
+    (["--cells", "haystack:none,haystack:bogus"], "unknown procedural kind 'bogus'"),
+    (["--cells", "poems:none"], "unknown task 'poems'"),
+    (["--cells", "haystack:attn-dyck"], "a merge row is attn-KIND+mlp-KIND"),
+    (["--cells", "haystack:attn-dyck+mlp-set:attn"], "a merge is trained with full transfer"),
+    (["--cells", "haystack:dyck:embed"], "a kind's row with full, attn or mlp"),
     (["--dyck-length", "64"], "fewer than the 100 of the task model"),
     (["--dyck-length", "129"], "must be even"),
     (["--records", "0"], "must be positive"),
     (["--reuse", "nowhere"], "no report.json there"),
+    (["--cells", "haystack"], "is not TASK:ROW[:TRANSFER]"),
 ])
 def test_user_errors_are_one_line(flags, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
@@ -214,6 +237,6 @@ def test_user_errors_are_one_line(flags, message, tmp_path, capsys):
 
 
 def test_the_script_runs_as_a_command(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "procedural.py"), "--kinds", "nope"],
+    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "procedural.py"), "--cells", "haystack:nope"],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: unknown procedural kind 'nope'")

@@ -26,9 +26,11 @@ TASK_OPT = dict(lr=1e-3, warmup=500, weight_decay=0.001)
 # the sequence kinds' budget
 YAML = {k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
         for k in ("identity", "reverse", "sort", "set", "union", "delete", "stack", "eca110")}
-# Dyck for the diagnostic model as their script runs it (procedural_pretraining/dyck.py:471-520: 2_4_16, k = 16,
-# 128-token rows, batch 64, lr 5e-5, decay 0.01, up to 1,000,000 steps); ours until the stopping rule: `patience`
-# evaluations of `every` steps on `val_rows` rows without beating the best val loss by `delta`, or `cap` steps
+# Pre-training the d = 16 diagnostic model, every kind: Dyck as their procedural_pretraining/dyck.py:471-520 (k = 16,
+# 128-token rows, batch 64, lr 5e-5, decay 0.01, up to 1,000,000 steps), the sequence kinds as their algorithmic.py
+# CLI (:436-474: batch 64, lr 5e-5, decay 0.01, up to 20,000 steps, patience 50 checks of 10 steps on accuracy); ours
+# until one stopping rule: `patience` evaluations of `every` steps on `val_rows` rows without beating the best val
+# loss by `delta`, or `cap` steps
 DYCK = dict(rows=64, lr=5e-5, weight_decay=0.01, every=250, patience=8, delta=0.001, cap=20_000, pool=500_000,
             val_rows=1280)
 SMALL_LR = 3e-3          # ours for the d = 16 models (DIFFERENCES)
@@ -69,13 +71,18 @@ def is_dyck(row):
     return base_kind(row).startswith("dyck")
 
 
+def ruled(row, task):
+    """Pre-trained by the stopping rule (DYCK's protocol): Dyck for any model, every kind for the d = 16 model."""
+    return is_dyck(row) or TASKS[task]["n_embd"] <= 16
+
+
 def pretrain_plan(a, row, task="haystack"):
-    """(steps, rows per step, lr, block size) of a row's pre-training for a task's model; Dyck's steps are a
-    cap (the stopping rule ends it sooner)."""
+    """(steps, rows per step, lr, block size) of a row's pre-training for a task's model; a ruled run's steps
+    are a cap (the stopping rule ends it sooner)."""
     from data import procedural
     kind, small = base_kind(row), TASKS[task]["n_embd"] <= 16
-    y = DYCK if is_dyck(row) else YAML[kind]
-    steps = a.pretrain_steps or (DYCK["cap"] if is_dyck(row) else y["steps"])
+    y = DYCK if ruled(row, task) else YAML[kind]
+    steps = a.pretrain_steps or (DYCK["cap"] if ruled(row, task) else y["steps"])
     block = (a.dyck_length if is_dyck(row) else procedural.seq_len(kind)) - 1
     return steps, a.pretrain_rows or y["rows"], a.pretrain_lr or (SMALL_LR if small else y["lr"]), block
 
@@ -112,15 +119,15 @@ def rows(a):
 
 def pretrain_argv(a, row, task, seed):
     steps, n_rows, lr, block = pretrain_plan(a, row, task)
-    y = DYCK if is_dyck(row) else YAML[base_kind(row)]
-    every = min(DYCK["every"], steps) if is_dyck(row) else steps
-    rule = ["--patience", DYCK["patience"], "--min-delta", DYCK["delta"]] if is_dyck(row) and every < steps else []
-    pool = min(steps * n_rows, DYCK["pool"]) if is_dyck(row) else steps * n_rows
+    y, rule = (DYCK, True) if ruled(row, task) else (YAML[base_kind(row)], False)
+    every = min(DYCK["every"], steps) if rule else steps
+    stop = ["--patience", DYCK["patience"], "--min-delta", DYCK["delta"]] if rule and every < steps else []
+    pool = min(steps * n_rows, DYCK["pool"]) if rule else steps * n_rows
     return ["--stages", f"procedural:{row}", *model_flags(task), "--block-size", block, "--batch-size", n_rows,
             "--iters", steps, "--lr", lr, "--schedule", "constant", "--warmup-iters", 0, "--dropout", 0,
             "--weight-decay", y["weight_decay"], "--beta2", 0.999, "--procedural-sequences", pool,
-            "--data-seed", a.data_seed, "--seed", seed, "--eval-interval", every, *rule,
-            "--eval-iters", max(1, DYCK["val_rows"] // n_rows) if is_dyck(row) else 4, "--eval-splits", "val",
+            "--data-seed", a.data_seed, "--seed", seed, "--eval-interval", every, *stop,
+            "--eval-iters", max(1, DYCK["val_rows"] // n_rows) if rule else 4, "--eval-splits", "val",
             "--log-interval", max(1, min(every, steps // 20))]
 
 
@@ -158,15 +165,15 @@ def merge_ckpt(a, m, task, seed):
     return a.out / "merges" / f"{merge_label(m)}-{arch(task)}-s{seed}.pt"
 
 
-def cells(a):
-    """Every (task, row, transfer): none once, each row in full transfer, the --split-kinds rows also
-    attention-only and MLP-only, each merge in full transfer."""
+def parse_cells(spec):
+    """The runs of a sweep (--cells), one (task, row, transfer) a cell: 'haystack:none,haystack:dyck:attn,
+    sorting:attn-dyck+mlp-set' (transfer: full by default, none for the baseline; a merge: attn-KIND+mlp-KIND)."""
+    from data.common import UserError
     out = []
-    for task in a.tasks:
-        out.append((task, "none", "none"))
-        for row in rows(a)[1:]:
-            out += [(task, row, mode) for mode in a.transfers if mode == "full" or row in a.split_kinds]
-        out += [(task, merge_label(m), "full") for m in a.merges]
+    for c in [c.strip() for c in spec.split(",") if c.strip()]:
+        if not 2 <= len(parts := c.split(":")) <= 3:
+            raise UserError(f"--cells: {c!r} is not TASK:ROW[:TRANSFER], e.g. haystack:dyck:attn")
+        out.append((parts[0], parts[1], parts[2] if len(parts) == 3 else "none" if parts[1] == "none" else "full"))
     return out
 
 
@@ -176,7 +183,7 @@ def plan(a):
     pre, base, warm = {}, [], []
     for seed in range(a.seeds):
         ps = seed % a.pretrain_seeds
-        for task, row, mode in cells(a):
+        for task, row, mode in a.cells:
             name = f"{task}-{row}-s{seed}" if mode in ("none", "full") else f"{task}-{row}-{mode}-s{seed}"
             argv = task_argv(a, task, seed)
             meta = dict(part="task", task=task, condition=row, transfer=mode, seed=seed, batch=TASKS[task]["batch"])

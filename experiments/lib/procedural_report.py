@@ -114,14 +114,14 @@ def regime(a, provenance, runs=None):
                 "tokens (the authors' token-level accuracy scores the positions whose input is an answer token), the "
                 "semantic ones on the final validation loss." + where + few)
     tasks = ", ".join(f"{t} ({pa.arch(t)}, batch {pa.TASKS[t]['batch']}, {pa.task_steps(a, t):,} steps)" for t in a.tasks)
-    pre = "; ".join(f"{r}: {'up to ' if pa.is_dyck(r) else ''}{s:,} steps x {n} rows of {block + 1} tokens"
+    pre = "; ".join(f"{r}: {'up to ' if pa.ruled(r, 'haystack') else ''}{s:,} steps x {n} rows of {block + 1} tokens"
                     for r in pa.rows(a)[1:] for s, n, _, block in [pa.pretrain_plan(a, r)])
     return (f"The authors' diagnostics (downstream/algorithmic_tasks/experiment_stream.py and task_*.py): {tasks}; "
             f"{a.records:,} records seen per run (the authors: 10,000,000), a fresh stream that never yields one of "
             f"the {a.task_test:,} test records, AdamW lr 1e-3, 500 warm-up steps, cosine, weight decay 0.001, untied "
             f"head; {a.seeds} seed(s) per cell. Pre-training on the task's architecture, one model per kind shared "
             f"by the seeds: {pre or 'none'}; Dyck (k = 16) as their script for this model (procedural_pretraining/"
-            f"dyck.py) until a stopping rule on the validation loss ({pa.DYCK['patience']} evaluations of "
+            f"dyck.py), the other kinds as their algorithmic.py, each until a stopping rule on the validation loss ({pa.DYCK['patience']} evaluations of "
             f"{pa.DYCK['every']} steps without beating the best by {pa.DYCK['delta']} nats); no dropout, lr "
             f"{a.pretrain_lr or pa.SMALL_LR:g} "
             "(theirs 5e-5 for Dyck, 5e-4 in their yaml); full transfer with mean embedding rows (their 'everything' "
