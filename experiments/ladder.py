@@ -7,6 +7,8 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py --quick           # a smoke version in minutes: every condition at d16, 2 seeds
     python experiments/ladder.py --preset subset   # 4 conditions at d 16/32/64 on the first 65,536 prose tokens
     python experiments/ladder.py --preset headline # train.py's headline command as typed (HEADLINE_ARMS), 3 seeds
+    python experiments/ladder.py --preset proportions  # the paper's proportions: all the prose, 5 epochs, ~5%
+                                                   # pre-training, 5 seeds; the long pair to its stopping rule
     python experiments/ladder.py --full            # every condition, d 16/32/64, 5 seeds
     python experiments/ladder.py --paper --plan    # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
@@ -69,13 +71,16 @@ HEADLINE = ("random", "music", "ladder")     # --headline-seeds seeds at --width
 SETTINGS = dict(batch_size=8, block_size=128, n_layer=4, n_head=4, lr=3e-3, warmup_iters=20, prose_tokens=65536,
                 prose_epochs=5, music_steps=400, poetry_steps=200, music_chunks=1340, eval_iters=24,
                 pre_eval_iters=10, long_width=64, long_epochs=30, patience=3, prose="wiki-leads", music_dir=None,
-                capacity_widths="", headline_seeds=0)
+                capacity_widths="", headline_seeds=0, min_delta=0.0)
 PRESETS = {"contributions": dict(conditions=",".join(c for c in CONDITIONS if c not in ("poetry", "volume-small-"
                                   "synthetic")), widths="16", capacity_widths="32,64", seeds=3, headline_seeds=5,
                                   batch_size=16, prose_tokens=655360, prose_epochs=2, music_steps=600,
                                   poetry_steps=600, music_chunks=1346, long_epochs=10, patience=1),
            "subset": dict(conditions="random,music,ladder,compute-matched", widths="16,32,64", seeds=3),
-           "headline": dict(seeds=3)}  # train.py's headline command as typed, at its defaults, seed 1337 + k
+           "headline": dict(seeds=3),  # the paper's proportions: pre-training ~5% of the prose tokens seen
+           "proportions": dict(conditions="random,music,ladder,compute-matched,long-random,long-ladder", widths="16",
+                               seeds=5, batch_size=16, prose_tokens=0, prose_epochs=5, music_steps=60, poetry_steps=60,
+                               music_chunks=160, long_width=16, long_epochs=40, patience=2, min_delta=0.005)}  # train.py's headline command as typed, at its defaults, seed 1337 + k
 HEADLINE_ARMS = {"prose-only": "prose", "curriculum": "music,poetry,prose", "curriculum+prores": "music,poetry,prose "
                  "--prores", "curriculum+prores-stage": "music,poetry,prose --prores --prores-scope stage"}  # --stages
 FULL = dict(conditions="all", widths="16,32,64", seeds=5)
@@ -99,6 +104,7 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
     ("music-steps", POS, "steps of every music stage"), ("poetry-steps", POS, "steps of every poetry stage"),
     ("music-chunks", POS, "N: volume-small N chunks, every other music stage 3N"), ("long-width", POS, ""),
     ("long-epochs", POS, "most prose epochs of the long pair"), ("patience", POS, "the long pair's --patience"),
+    ("min-delta", float, "the long pair's --min-delta: an epoch improves only by more than this (nats)"),
     ("eval-iters", POS, "batches per prose evaluation"), ("pre-eval-iters", POS, "batches of a pre-training eval"),
     ("batch-size", POS, ""), ("block-size", POS, ""), ("n-layer", POS, ""), ("n-head", POS, ""), ("lr", float, ""),
     ("warmup-iters", int, ""), ("prose", str, "train.py --prose: wiki-leads, wikitext2, wikitext103"),
@@ -122,7 +128,8 @@ def parse_args(argv=None):
         p.error("give at most one of --quick, --full, --paper")
     preset = {**SETTINGS, **PRESETS[a.preset], **(QUICK if a.quick else FULL if a.full else PAPER if a.paper else {})}
     vars(a).update({k: v for k, v in preset.items() if getattr(a, k, None) is None})
-    a.out = Path(a.out or "out/ladder" + ("-quick" if a.quick else "-paper" if a.paper else "")).resolve()
+    a.out = Path(a.out or "out/ladder" + ("-quick" if a.quick else "-paper" if a.paper else "" if a.preset ==
+                                          "contributions" else f"-{a.preset}")).resolve()
     if a.preset == "headline":  # (report.json keeps the arms and train.py's defaults they ran at)
         d = vars(train_flags([]))
         return setattr(a, "budget", {k: d[k] for k in ("iters", "batch_size", "block_size", "n_layer", "n_embd",
@@ -200,7 +207,8 @@ def prose_run(a, condition, width, seed):
     more = (["--unique-tokens", unique] if unique else []) + (["--transfer", groups] if groups else [])
     return make_run(a, f"prose-{key}-d{width}-s{seed}", a.prose_stage, steps, spe, -(-steps // spe), a.eval_iters,
                     width, seed, pre and pre_run(a, pre, width, seed), "text",
-                    more + (["--patience", a.patience] if budget == "long" else []))
+                    more + (["--patience", a.patience] + (["--min-delta", a.min_delta] if a.min_delta else [])
+                            if budget == "long" else []))
 
 
 def cells(a):
@@ -308,8 +316,10 @@ def read_record(c, w, s, runs):
            "stopped_early": bool(prose["stopped_early"]), "steps": sum(t["iters"] for sm in sums for t in sm["stages"]),
            "tokens": sum(t["tokens"] for sm in sums for t in sm["stages"]),
            "seconds": round(sum(sm["seconds"] for sm in sums), 1)}
-    if long:  # how far from a plateau the run ended: its last epoch's change of perplexity
+    if long:  # how far from a plateau the run ended: its last epoch's change of perplexity, and what stopped it
         rec["last_epoch_change"] = math.exp(evals[-1][1] - evals[-2][1]) - 1 if len(evals) > 1 else float("nan")
+        rec["stop_reason"] = (f"stopping rule, after epoch {prose['iters'] / spe:g}" if prose["stopped_early"] else
+                              f"cap: {runs[-1].meta['evals']} epochs")
     return rec, {"chain": [r.name for r in runs], "prose_steps": prose["iters"], "steps_per_epoch": spe,
                  "prose_unique_tokens": prose["unique_tokens"], "stopped_early": prose["stopped_early"],
                  "unigram_val_ppl": prose.get("unigram_val_ppl"), "curve": [[it / spe, math.exp(v)] for it, v in evals]}

@@ -84,7 +84,9 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     ladder.main(argv)
     rep = json.loads((out / "report.json").read_text())
     assert set(rep) == {"source", "regime", "figures", "verdicts", "provenance", "prose_unigram_ppl", "checks",
-                        "front_table", "settings", "facts", "runs", "missing"}
+                        "front_table", "settings", "facts", "pretrain_share", "runs", "missing"}
+    steps = rep["facts"]["spe"] * 2   # pre-training steps / prose steps (the same tokens a step in every stage)
+    assert rep["pretrain_share"]["ours"] == pytest.approx((6 + 4) / steps) and "few percent" in rep["pretrain_share"]["paper"]
     assert len(rep["front_table"]["lines"]) == 2 + 6 and all(ln.endswith("** |") for ln in rep["front_table"]["lines"][2:])
     assert rep["figures"][-1] == "music.png" and (out / "music.png").stat().st_size > 0
     import mido  # the two pieces of music.png, to listen to: playable MIDI with notes, named in the report
@@ -97,11 +99,14 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     curves = json.loads((out / "details.json").read_text())["runs"]
     for r in rep["runs"]:
         long = r["condition"].startswith("long-")
-        assert set(r) == set(RUN_KEYS) | ({"last_epoch_change"} if long else set())
+        assert set(r) == set(RUN_KEYS) | ({"last_epoch_change", "stop_reason"} if long else set())
         assert all(isinstance(r[k], t) for k, t in RUN_KEYS.items()), r
         if long:  # the last epoch's change of perplexity, from the run's own curve
             (_, before), (_, last) = curves[f"{r['condition']}/d{r['width']}/s{r['seed']}"]["curve"][-2:]
             assert r["last_epoch_change"] == pytest.approx(last / before - 1)
+            det = curves[f"{r['condition']}/d{r['width']}/s{r['seed']}"]
+            assert r["stop_reason"] == (f"stopping rule, after epoch {det['prose_steps'] / det['steps_per_epoch']:g}"
+                                        if r["stopped_early"] else "cap: 4 epochs")
         assert math.isfinite(r["ppl_first_epoch"]) and math.isfinite(r["ppl_final"])
     conds = {r["condition"] for r in rep["runs"]}
     assert conds == {"random", "music", "ladder", "compute-matched", "ablation-embed", "long-random", "long-ladder"}
@@ -297,3 +302,17 @@ def test_headline_preset_runs_train_py_as_typed_and_reports_from_the_runs(tmp_pa
     ladder.main(["--report-only", "--out", str(copy)])
     for f in ("report.md", "report.json"):
         assert (copy / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_the_proportions_preset_pretrains_a_small_share_and_stops_the_long_pair_by_its_rule(tmp_path):
+    """--preset proportions: all the prose for 5 epochs, music + poetry ~5% of the prose tokens (the paper: a few
+    percent), the compute-matched control a few percent more prose steps; the long pair with --min-delta."""
+    a = ladder.parse_args(["--preset", "proportions", "--plan", "--out", str(tmp_path)])
+    runs, spe = ladder.plan(a), ladder.steps_per_epoch(a)[0]
+    assert a.prose_tokens == 0 and a.prose_epochs == 5 and a.seeds == 5 and a.widths == [16]
+    assert 0.03 < (a.music_steps + a.poetry_steps) / (5 * spe) < 0.07
+    assert runs["prose-matched-d16-s0"].meta["steps"] == 5 * spe + a.music_steps + a.poetry_steps
+    long = [r for r in runs.values() if r.name.startswith("prose-long")]
+    assert len(long) == 10 and all(r.argv[r.argv.index("--min-delta") + 1] == "0.005" and
+                                   r.argv[r.argv.index("--patience") + 1] == "2" for r in long)
+    assert "--min-delta" not in runs["prose-random-d16-s0"].argv
