@@ -7,6 +7,7 @@ Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alph
     python experiments/prores.py --plan             # its runs and estimated time; trains nothing
     python experiments/prores.py --quick            # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --preset depth     # an lr x depth scan of the baselines, then 5 placements there
+    python experiments/prores.py --preset pilot     # T = 100 steps a layer, 10,000 steps, L 8 / 48, one seed
     python experiments/prores.py --report-only --out experiments/results/prores   # rebuild from report.json
     python experiments/prores.py --set n_embd=64 iters=2000   # any preset entry
 
@@ -56,6 +57,9 @@ PRESETS = {  # "quick": the entries --quick replaces
     "depth": dict(COMMON, scan=True, lr="auto", depths="auto", iters=200,
                   norms=["pre", "post", "sandwich", "deepnorm", "lns-init"], seeds=3, evals=4,
                   quick=dict(iters=60, scan_lrs=[2e-3, 8e-3], scan_depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
+    # the paper's steps a layer (T >= 100; theirs 500-1,000) and a run long enough to end flat after the ramp
+    "pilot": dict(COMMON, lr=8e-3, depths=[8, 48], norms=["pre", "post"], iters=10_000, seeds=1, evals=40,
+                  prores_T=100, quick=dict(iters=60, depths=[4, 16], eval_iters=4, evals=2, prores_T=2)),
 }
 MS_PER_LAYER_STEP, START_S = 7.0, 4.0  # CPU time of a 1-thread run of width 32 (2-core EPYC), +-30%
 

@@ -31,6 +31,10 @@ def test_runs_and_their_train_flags(tmp_path):
         ("breakdown", False, 4e-3, [8, 48, 96], ["pre", "post"], 1000, 3, "music", 32, "plain", "wsd")
     assert len(measure_runs(b, b.lr, b.depths)) == 2 * 2 * 3 * 3 and b.iters // b.evals == 100
     assert [prores_T(b, d, b.iters) for d in b.depths] == [62.5, 10.4167, 5.2083]
+    p = exp.parse_args(["--preset", "pilot", "--out", str(tmp_path / "p")])  # the paper's T >= 100 steps a layer
+    runs = measure_runs(p, p.lr, p.depths)
+    assert {r.meta["T"] for r in runs if r.meta["prores"]} == {100} and len(runs) == 2 * 2 * 2 and p.iters == 10_000
+    assert all(prores.ramp_steps(r.meta["depth"], 100) <= p.iters // 2 for r in runs)   # half the run after the ramp
     a = exp.parse_args(["--preset", "depth", "--quick", "--out", str(tmp_path), "--set", "n_head=2", "stage=x"])
     assert a.norms == ["pre", "post", "sandwich", "deepnorm", "lns-init"] and (a.n_head, a.stage, a.seeds) == (2, "x", 1)
     a.stage = "music"
