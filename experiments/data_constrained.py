@@ -1,28 +1,33 @@
 """
-Data-constrained pre-training (Xu et al., arXiv 2606.06888; github.com/yixinw-lab/dc_pretrain): many epochs
-over U unique tokens of music; AR with a tuned strong weight decay (wd) against the same + MIR (wd+mir) and
-masked diffusion (MDLM) on a grid of sizes x budgets; the laws of scaling.py fitted to it; the paper's claims
+Data-constrained pre-training (Xu et al., arXiv 2606.06888; github.com/yixinw-lab/dc_pretrain): many epochs over U
+unique tokens of music; AR with a tuned strong weight decay (wd) against the same + MIR (wd+mir) and masked diffusion
+(MDLM) on a grid of sizes x budgets; the laws of scaling.py fitted to it; the paper's claims
 (experiments/lib/data_constrained_claims.py) read by the one rule. PRESETS below hold each design.
 
     python experiments/data_constrained.py --plan          # the phases, their runs, the estimated time
     python experiments/data_constrained.py [--quick]       # the default (--preset authors): hours [minutes]
     python experiments/data_constrained.py --preset earlier  # the grid of experiments/results/data_constrained-earlier
-    python experiments/data_constrained.py --report-only [--out experiments/results/data_constrained]
-                                                           # rebuild from finished runs, or from report.json alone
+    python experiments/data_constrained.py --report-only --out DIR  # rebuild from DIR/runs, or DIR/report.json alone
+    python experiments/data_constrained.py --reuse experiments/results/data_constrained  # train only what it lacks
 
-Phases (a run is train.py in OUT/runs/<name>, its name its configuration: skipped when finished, resumed):
+Phases (a run is train.py in OUT/runs/<name>, its name its configuration: skipped when finished, resumed, or taken
+from --reuse DIR's report.json, made with the same SAME settings):
 0. (authors) the scan (experiments/lib/data_constrained_scan.py) chooses the sizes, budgets and epochs.
 1. the decay sweep per size at U0: the lowest mean loss over its seeds is the size's strong decay.
-2. the grid: sizes x budgets x methods (METHOD_RUN); MDLM on the mdlm_budgets smallest budgets.
-3. every final checkpoint on the whole validation split (experiments/lib/evaluate.py; MDLM: its NLL bound).
-4. the report (experiments/lib/data_constrained_report.py): laws, multiplier, per-token gain, claims, PNGs.
-The authors' baseline (dcp/model.py:95, :135-149, :194; dcp/train4_diffusionauxiliary_impl.py:314-333):
-dropout 0.1 on the attention output only, an untied decayed head, decays 0.4-3.2
-(scripts/all5models_baseline.sh:21-25). MIR: lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept.
+2. the grid: sizes x budgets x methods (METHOD_RUN), seeds_small_u seeds at U <= small_u; MDLM (mdlm_seeds seeds,
+   mdlm_epochs epochs, lr x mdlm_lr_ratio) on the mdlm_budgets smallest budgets.
+3-4. every final checkpoint on the whole validation split (MDLM: its NLL bound); experiments/lib/evaluate.py; the
+   report (experiments/lib/data_constrained_report.py): laws, multiplier, per-token gain, claims, PNGs.
+The authors' baseline (dcp/model.py:95, :135-149, :194; dcp/train4_diffusionauxiliary_impl.py:314-333): dropout 0.1
+on the attention output only, an untied decayed head, decays 0.4-3.2 (scripts/all5models_baseline.sh:21-25). MIR:
+lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept. Their MDLM: lr 2e-4 (scripts/ddc_72M_largewd.sh:17)
+where their AR from 257M up runs at 1e-3 (all5models_baseline.sh:23-25): ours at the AR lr x 0.2; 256 epochs (theirs
+500-800, ddc_72M_largewd.sh:14), at the smallest budget only (the cost).
 """
 
 import argparse
 import copy
+import json
 import math
 import os
 import re
@@ -39,7 +44,7 @@ from experiments.lib import data_constrained_report as rep  # noqa: E402
 from experiments.lib import data_constrained_scan as sc  # noqa: E402
 from experiments.lib.provenance import Provenance  # noqa: E402
 from experiments.lib.common import (Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
-                                    read_summary, run_sweep)
+                                    read_summary, run_sweep, write_json)
 from experiments.lib.evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import ArgumentParser, parse_args as train_parse_args  # noqa: E402
 
@@ -49,20 +54,22 @@ METHOD_RUN = {"wd": ("ar", "strong"), "wd+mir": ("mir", "strong"), "ar-weak": ("
 # the paper's constants (MIR, warmup, the weak decay) and what every preset shares unless it says otherwise
 COMMON = dict(lrs="3e-3", weak_decay=0.1, warmup_frac=0.05, mir_lambda=0.4, mir_ratio="0.0,0.5", mir_keep_first=8,
               stage="music", laws=None, train_args="", batch_size=16, block_size=128, decays="0.1,0.4,0.8,1.6,3.2",
-              sizes="L2d32,L3d48,L4d64,L4d96", sweep_budget=None, scan=False, scan_fallback=False,
-              mdlm_strong_decay=None, mdlm_epochs=None, mdlm_budgets=0, grid_hours=None, scan_sizes=None, max_budget=None)
-# the authors' baseline (the default): the scan picks sizes, budgets, epochs; MDLM at the AR-tuned decay and at 3.2
+              sizes="L2d32,L3d48,L4d64,L4d96", sweep_budget=None, scan=False, scan_fallback=False, mdlm_strong_decay=None,
+              mdlm_epochs=None, mdlm_budgets=0, grid_hours=None, scan_sizes=None, max_budget=None, mdlm_lr_ratio=1.0,
+              mdlm_seeds=1, seeds_small_u=None, small_u=0)
+# the authors' baseline (the default): the scan picks sizes, budgets, epochs; seeds_small_u: the claims' power rule
 AUTHORS = dict(COMMON, budgets="64000,128000,256000,512000", epochs=16, seeds=2, dropout=0.1, dropout_at="attn-out",
                tie=False, sweep_seeds=2, scan=True, scan_sizes="L2d32,L3d48,L4d64,L4d96,L6d128",
                scan_budgets="32000,64000,128000", scan_epochs="16,32", max_budget=512000, grid_hours=4.0,
-               methods="wd,wd+mir,mdlm-tuned,mdlm-strong", mdlm_strong_decay=3.2, mdlm_epochs=32, mdlm_budgets=2)
+               methods="wd,wd+mir,mdlm-weak,mdlm-tuned", mdlm_strong_decay=3.2, mdlm_epochs=256, mdlm_budgets=1,
+               mdlm_lr_ratio=0.2, mdlm_seeds=3, seeds_small_u=8, small_u=64000)
 # the earlier default (experiments/results/data_constrained-earlier): no dropout, a tied head, MDLM at 0.1 and tuned
 EARLIER = dict(COMMON, budgets="8000,16000,32000,64000", epochs=16, seeds=3, dropout=0.0, dropout_at="all", tie=True,
                sweep_seeds=1, methods="wd,wd+mir,ar-weak,mdlm-weak,mdlm-strong", sweep_budget=32000)
 PRESETS = {"authors": (AUTHORS, dict(AUTHORS, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4,
                                      decays="0.1,1.6", block_size=64, scan_sizes="L1d16,L2d24,L2d32",
                                      scan_budgets="4000,8000", scan_epochs="4", max_budget=16000, mdlm_epochs=8,
-                                     mdlm_budgets=1, scan_fallback=True, grid_hours=0.25)),
+                                     mdlm_seeds=2, seeds_small_u=3, small_u=4000, scan_fallback=True, grid_hours=0.25)),
            "earlier": (EARLIER, dict(EARLIER, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4, seeds=2,
                                      decays="0.1,1.6", block_size=64, sweep_budget=8000))}
 SCAN_RULES = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3, min_budgets=4)
@@ -79,6 +86,7 @@ def parse_args(argv=None):
     add_sweep_args(p, "out/data_constrained")
     p.add_argument("--preset", choices=tuple(PRESETS), default="authors", help="PRESETS: authors (default), earlier")
     p.add_argument("--plan", action="store_true", help="print the phases, their runs and the estimated time")
+    p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds finished instead of training them")
     for k, (typ, text) in FLAGS.items():
         p.add_argument("--" + k.replace("_", "-"), type=typ, default=None, help=text)
     a = p.parse_args(argv)
@@ -105,7 +113,25 @@ def parse_args(argv=None):
     a.mdlm_epochs, a.subset = a.mdlm_epochs or a.epochs, "chunks" if a.stage.startswith("music") else "first"
     if a.scan:
         a.sizes, a.budgets, a.epochs = a.scan_sizes, a.scan_budgets, a.scan_epochs[0]  # until the scan chooses
+    a._old, a._reused = reused(a.reuse, a) if a.reuse else ({}, {})
     return a
+
+
+SAME = ("stage", "subset", "block_size", "batch_size", "warmup_frac", "mir_lambda", "mir_ratio", "mir_keep_first",
+        "dropout", "dropout_at", "tie", "train_args")  # what a run's name does not say: to be the same for --reuse
+
+
+def reused(folder, a):
+    """DIR's report.json and {name: record} of the scan, sweep and grid runs it holds finished (its SAME settings ours)."""
+    if not (path := Path(folder) / "report.json").exists():
+        raise UserError(f"--reuse {folder}: no report.json there; give the folder of an earlier report")
+    old = json.loads(path.read_text())
+    if bad := [f"{k} {old['settings'].get(k)!r} (here {getattr(a, k)!r})" for k in SAME
+               if old["settings"].get(k) != getattr(a, k)]:
+        raise UserError(f"--reuse {folder}: its runs were made with other settings ({', '.join(bad)}); give a report "
+                        "made with these settings, or drop --reuse")
+    return old, {r["name"]: r for r in (old.get("scan") or {}).get("runs", []) + old["sweep"] + old["runs"]
+                 if r.get("status", "done") == "done" and r.get("loss") is not None}
 
 
 def floats(s):
@@ -141,19 +167,20 @@ def make_run(a, obj, size, U, wd, lr, seed, epochs=None, **meta):
 
 def scan_runs(a):
     """Phase 0: AR at the weak decay, seed 0, every candidate size x U0 x epochs; MDLM at the smallest size."""
-    return [make_run(a, "ar", size, U, a.weak_decay, a.lrs[0], 0, epochs=e, phase="scan", epochs_asked=e) for e in
-            a.scan_epochs for U in a.scan_budgets for size in a.scan_sizes] + [make_run(
-                a, "mdlm", a.scan_sizes[0], U, a.weak_decay, a.lrs[0], 0, phase="scan", epochs_asked=a.mdlm_epochs)
-                for U in a.scan_budgets]
+    return [make_run(a, obj, size, U, a.weak_decay, a.lrs[0], 0, epochs=e, phase="scan", epochs_asked=e) for obj, e, size, U
+            in [("ar", e, size, U) for e in a.scan_epochs for U in a.scan_budgets for size in a.scan_sizes]
+            + [("mdlm", a.scan_epochs[-1], a.scan_sizes[0], U) for U in a.scan_budgets]]
 
 
 def choose(a, runs):
     """Read the finished scan, set a.sizes, a.budgets, a.epochs to its choice; returns its record for the report."""
-    if not all(read_summary(r.folder) for r in runs):
-        raise UserError(f"the scan has unfinished runs in {a.out / 'runs'}; rerun without --report-only")
+    if not all(r.name in a._reused or read_summary(r.folder) for r in runs):
+        raise UserError(f"the scan has unfinished runs in {a.out / 'runs'}; rerun without --report-only (or with its --reuse)")
+    keys = ("loss", "train_loss", "N", "unigram_val_ppl", "seconds")
     recs = [dict(obj=r.meta["obj"], size=r.meta["size"], U=r.meta["U"], epochs=r.meta["epochs_asked"], name=r.name,
-                 loss=val_loss(r), train_loss=st.get("train_loss"), N=s["params"], unigram_val_ppl=st.get("unigram_val_ppl"),
-                 seconds=s["seconds"]) for r in runs for s in [read_summary(r.folder)] for st in [s["stages"][0]]]
+                 **({k: o[k] for k in keys} if (o := a._reused.get(r.name)) else dict(zip(keys, (
+                     val_loss(a, r), st.get("train_loss"), s["params"], st.get("unigram_val_ppl"), s["seconds"])))))
+            for r in runs for s in [read_summary(r.folder)] for st in [(s or {"stages": [{}]})["stages"][0]]]
     fits = (lambda e, u0, kept, budgets: grid_hours(a, e, kept, budgets) <= a.grid_hours) if a.grid_hours else None
     scan = dict(sc.choose_regime(recs, [s[0] for s in a.scan_sizes], SCAN_RULES, a.max_budget, fits), rules=SCAN_RULES,
                 runs=recs, fallback=False)
@@ -173,9 +200,10 @@ def choose(a, runs):
 
 
 def grid_hours(a, epochs, sizes, budgets):
-    """Estimated hours (STEP_MS, two jobs) of the sweep and the grid at one scan choice, every run counted."""
+    """Estimated hours (STEP_MS, two jobs) of the sweep and AR grid at `seeds` seeds of a scan choice (MDLM: on top)."""
     b = copy.copy(a)
     b.sizes, b.epochs, b.budgets = [s for s in a.scan_sizes if s[0] in sizes], epochs, list(budgets)
+    b.methods, b.seeds_small_u = [m for m in a.methods if METHOD_RUN[m][0] != "mdlm"], None
     middle = {s[0]: (b.decays[len(b.decays) // 2], b.lrs[0]) for s in b.sizes}
     return seconds_of(b, unique(sweep_runs(b) + grid_runs(b, middle))) / 2 / 3600
 
@@ -191,7 +219,7 @@ def pick_strong(a, sweep):
     for size, *_ in a.sizes:
         by = {}
         for r in (r for r in sweep if r.meta["size"] == size):
-            by.setdefault((r.meta["wd"], r.meta["lr"]), []).append(val_loss(r))
+            by.setdefault((r.meta["wd"], r.meta["lr"]), []).append(val_loss(a, r))
         means = {k: sum(v) / len(v) for k, v in by.items() if None not in v}
         best[size] = min(means, key=means.get) if len(means) == len(by) and math.isfinite(min(means.values())) else None
     return best
@@ -202,9 +230,12 @@ def grid_runs(a, strong):
     mdlm_us = a.budgets[:a.mdlm_budgets] if a.mdlm_budgets else a.budgets
     decay = lambda m, size: (a.mdlm_strong_decay if m == "mdlm-strong" and a.mdlm_strong_decay else  # noqa: E731
                              strong[size][0] if METHOD_RUN[m][1] == "strong" else a.weak_decay)
-    return [make_run(a, METHOD_RUN[m][0], size, U, decay(m, size[0]), strong[size[0]][1], seed, method=m, phase="grid")
+    seeds = lambda m, U: (a.mdlm_seeds if METHOD_RUN[m][0] == "mdlm" else 1 if m not in ("wd", "wd+mir") else  # noqa
+                          a.seeds_small_u if a.seeds_small_u and U <= a.small_u else a.seeds)
+    lr = lambda m, size: float(f"{strong[size][1] * (a.mdlm_lr_ratio if METHOD_RUN[m][0] == 'mdlm' else 1):.6g}")  # noqa
+    return [make_run(a, METHOD_RUN[m][0], size, U, decay(m, size[0]), lr(m, size[0]), seed, method=m, phase="grid")
             for size in a.sizes for U in a.budgets for m in a.methods if METHOD_RUN[m][0] != "mdlm" or U in mdlm_us
-            for seed in range(a.seeds if m in ("wd", "wd+mir") else 1)]
+            for seed in range(seeds(m, U))]
 
 
 def check_budgets(a):
@@ -219,12 +250,11 @@ def unique(runs):
     return list({r.name: r for r in runs}.values())  # one Run per name (two methods may ask for the same run)
 
 
-def val_loss(run):
-    """The run's full-validation loss (evaluated now if needed); inf if it diverged, None if unfinished."""
-    if (run.folder / "diverged.json").exists():
-        return math.inf
-    e = evaluate_run(run.folder)
-    return None if e is None else e["loss"]
+def val_loss(a, run):
+    """The run's full-validation loss (--reuse's, or evaluated now if needed); inf if it diverged, None if unfinished."""
+    if (o := a._reused.get(run.name)) or (run.folder / "diverged.json").exists():
+        return o["loss"] if o else math.inf
+    return (e := evaluate_run(run.folder)) and e["loss"]
 
 
 def seconds_of(a, runs):
@@ -236,21 +266,26 @@ def seconds_of(a, runs):
 
 
 def plan(a):
-    """The phases, their runs and the estimated wall time (STEP_MS); until the scan has finished, the
-    sweep and grid it will choose are bounded by --grid-hours."""
-    seen = unique(scan_runs(a)) if a.scan else []
-    lines = [f"phase 0, scan: {len(seen)} runs, ~{seconds_of(a, seen) / a.jobs / 3600:.1f} h"] if a.scan else []
-    if not a.scan or all(is_finished(r.folder) for r in seen):
+    """The phases, their runs (those --reuse takes apart) and the others' estimated wall time (STEP_MS); the sweep and
+    grid a scan will choose are bounded by --grid-hours; the grid's decays are placeholders until the sweep has run."""
+    seen, lines = [], []
+
+    def phase(title, runs):  # its line; whether every run of it is finished or reused
+        runs = [r for r in unique(runs) if r.name not in {s.name for s in seen}]
+        rest = [r for r in runs if r.name not in a._reused]
+        lines.append(f"{title}: {len(runs)} runs" + (f", {len(runs) - len(rest)} of them reused" if len(rest) < len(runs)
+                     else "") + f", {len(rest)} to train: ~{seconds_of(a, rest) / a.jobs / 3600:.1f} h")
+        seen.extend(runs)
+        return all(is_finished(r.folder) or r.name in a._reused for r in runs)
+    if not a.scan or phase("phase 0, scan", scan_runs(a)):
         choose(a, seen) if a.scan else None
-        for title, runs in (("phase 1, decay sweep", sweep_runs(a)), ("phase 2, grid", grid_runs(a, {
-                s[0]: (a.decays[len(a.decays) // 2], a.lrs[0]) for s in a.sizes}))):
-            runs = [r for r in unique(runs) if r.name not in {s.name for s in seen}]
-            lines.append(f"{title}: {len(runs)} runs, ~{seconds_of(a, runs) / a.jobs / 3600:.1f} h")
-            seen += runs
+        strong = pick_strong(a, sweep) if phase("phase 1, decay sweep", sweep := sweep_runs(a)) else {0: None}
+        phase("phase 2, grid", grid_runs(a, strong if None not in strong.values() else {
+            s[0]: (a.decays[len(a.decays) // 2], a.lrs[0]) for s in a.sizes}))
     else:
         lines.append(f"phases 1-2, the sweep and grid the scan chooses: at most ~{a.grid_hours:g} h (grid_hours)")
     lines.append("(STEP_MS, measured on a 2-core AMD EPYC, +-50%; plus minutes of evaluation and fits)")
-    todo = [r for r in seen if not is_finished(r.folder)]
+    todo = [r for r in seen if not is_finished(r.folder) and r.name not in a._reused]
     measured = pace_line(seen, lambda r: seconds_of(a, [r]), seconds_of(a, todo), a.jobs)
     return "\n".join(lines + ([measured] if measured else []))
 
@@ -272,8 +307,9 @@ def main(argv=None):
 
 
 def train_phase(a, runs, title):
-    """Train a phase's unfinished runs (not with --report-only), evaluate them all; returns how many trained."""
+    """Train a phase's unfinished runs --reuse does not take (not with --report-only), evaluate them; how many trained."""
     print(title, flush=True)
+    runs = [r for r in runs if r.name not in a._reused]
     trained = 0 if a.report_only else len(run_sweep(runs, jobs=a.jobs, threads=a.threads))
     evaluate_runs([r.folder for r in runs], a.jobs, a.threads)
     return trained
@@ -282,6 +318,8 @@ def train_phase(a, runs, title):
 def train_and_collect(a):
     """Phases 0-3 (training skipped with --report-only) and the records of phase 4."""
     check_budgets(a)
+    if a.reuse and not a.report_only and not (a.out / "provenance.json").exists():  # DIR's invocations come first
+        write_json(a.out / "provenance.json", (a._old.get("provenance") or {}).get("invocations", []))
     prov, scan, trained = None if a.report_only else Provenance(a.out), None, 0
     if a.scan:
         trained, scan = train_phase(a, scan_runs(a), "== phase 0: the scan"), choose(a, scan_runs(a))

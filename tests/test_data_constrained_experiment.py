@@ -1,7 +1,7 @@
 """experiments/data_constrained.py end to end at a tiny size (a folder of tiny paragraphs, CPU, no network,
 an empty cache; a preset of the tests' own in PRESETS): its files, that its statistics follow from its runs,
-that its verdicts are the paired t-tests and slopes scipy gives on runs.csv, resume and --report-only; the
-scan's rule; the committed reports rebuilt byte for byte."""
+that its verdicts are the paired t-tests and slopes scipy gives on runs.csv, resume, --report-only and --reuse;
+the scan's rule; the power rule behind the seeds at small U; the committed reports rebuilt byte for byte."""
 import csv
 import json
 import math
@@ -19,9 +19,12 @@ from experiments.lib.common import main_guard
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results"
 SIZES, BUDGETS = ["L1d8", "L2d16"], [128, 256, 512, 1024]
+# 3 seeds at the smallest U, 2 above; MDLM at 0.01 and the tuned decay, 2 seeds, 4 epochs; an evaluation every 4 steps
 TINY = dict(dc.AUTHORS, scan=False, tie=True, sizes=",".join(SIZES), budgets=",".join(map(str, BUDGETS)), epochs=1, seeds=2,
-            sweep_seeds=1, decays="0.1,1.0", block_size=16, batch_size=4, laws="chinchilla,softq", mdlm_epochs=1,
-            mdlm_budgets=1, grid_hours=None)
+            sweep_seeds=1, decays="0.1,1.0", block_size=16, batch_size=4, laws="chinchilla,softq", mdlm_epochs=4,
+            mdlm_budgets=1, grid_hours=None, seeds_small_u=3, small_u=128, mdlm_seeds=2, weak_decay=0.01,
+            train_args="--eval-interval 4")
+N_PAIRS = 3 + 2 * (len(BUDGETS) - 1)  # wd / wd+mir pairs per size
 
 
 def argv(text_dir, out):
@@ -71,8 +74,19 @@ def test_files_and_runs_csv(result):
         assert e["kind"] == ("nll bound" if r["method"].startswith("mdlm") else "nll")
     seeds = lambda m, size, u: sorted(r["seed"] for r in done if (r["method"], r["size"], r["U"]) == (m, size, u))  # noqa
     assert seeds("wd", "L2d16", 1024) == seeds("wd+mir", "L1d8", 256) == [0, 1]
-    assert seeds("mdlm-strong", "L1d8", 128) == [0] and seeds("mdlm-tuned", "L1d8", 256) == []  # the smallest U only
-    assert all(r["wd"] == 3.2 for r in done if r["method"] == "mdlm-strong")
+    assert seeds("wd", "L1d8", 128) == seeds("wd+mir", "L2d16", 128) == [0, 1, 2]  # seeds_small_u at U <= small_u
+    assert seeds("mdlm-weak", "L1d8", 128) == [0, 1] and seeds("mdlm-tuned", "L1d8", 256) == []  # the smallest U only
+    assert all(r["wd"] == 0.01 for r in done if r["method"] == "mdlm-weak")
+    assert {r["lr"] for r in done if r["method"].startswith("mdlm")} == {0.0006}  # the AR lr x mdlm_lr_ratio
+    for r in done:  # the change of the validation loss per epoch over the last evaluation interval, from metrics.jsonl
+        ev = [json.loads(x) for x in open(out / "runs" / r["name"] / "metrics.jsonl")]
+        ev = [e for e in ev if e.get("event") == "eval"][-2:]
+        if len(ev) < 2:  # one evaluation (runs of <= 4 steps): no change to read
+            assert r["last_epoch_change"] is None and r["steps"] <= 4
+            continue
+        per_epoch = r["epochs"] / r["steps"] * (ev[1]["iter"] - ev[0]["iter"])
+        assert r["last_epoch_change"] == pytest.approx((ev[1]["val_loss"] - ev[0]["val_loss"]) / per_epoch, rel=1e-9)
+    assert all(r["last_epoch_change"] is not None for r in done if r["method"].startswith("mdlm"))
     text = (out / "report.md").read_text()
     for part in ("## The paper's claims", "| the paper's claim |", "## Setup", "## Weight-decay sweep",
                  "## Scaling laws", "## Where MIR's gain", "## AR vs masked diffusion", "Provenance: commit"):
@@ -87,7 +101,7 @@ def test_strong_decay_is_the_lowest_sweep_loss_at_u0(result):
         assert rep["strong"][size]["wd"] == min(sw, key=lambda r: r["loss"])["wd"]
         for r in rep["runs"]:
             if r["size"] == size and r["method"] in ("wd", "wd+mir", "mdlm-tuned"):
-                assert r["wd"] == rep["strong"][size]["wd"]
+                assert r["wd"] == rep["strong"][size]["wd"] != TINY["weak_decay"]
 
 
 def cells_of(rows, method):
@@ -125,8 +139,9 @@ def test_fits_errors_and_multipliers_follow_from_the_runs(result):
 
 def test_verdicts_are_scipys_on_runs_csv(result):
     """Independently of the claim table's records: MIR against wd per size is ttest_rel over the (U, seed)
-    pairs of runs.csv; its gain against log10 N is linregress over every pair; MDLM at 3.2 against the
-    tuned decay is ttest_rel by cell; each reads 'reproduces' only at p < 0.05 with n >= 3 (4 for a slope)."""
+    pairs of runs.csv; its gain against log10 N and log10 U is linregress over every pair; MIR's log multipliers
+    against ln 1.3 are ttest_1samp, their geometric mean's 95% CI t.interval; MDLM at the tuned decay against the
+    weak one is ttest_rel by (size, U, seed), and its gap to wd against half the weak decay's gap too."""
     _, out, rep = result
     rows = read_csv(out / "runs.csv")
     loss = {(r["method"], int(r["N"]), int(r["U"]), int(r["seed"])): float(r["loss"]) for r in rows}
@@ -136,21 +151,35 @@ def test_verdicts_are_scipys_on_runs_csv(result):
     pairs = {}
     for (m, n, u, s), x in sorted(loss.items()):
         if m == "wd" and ("wd+mir", n, u, s) in loss:
-            pairs.setdefault(n, []).append((loss[("wd+mir", n, u, s)], x))
+            pairs.setdefault(n, []).append((loss[("wd+mir", n, u, s)], x, u))
     assert sorted(c["cell"] for c in cells) == sorted(SIZES)
     for c in cells:
         n = next(n for n, size in size_of.items() if size == c["cell"])
-        t = stats.ttest_rel(*zip(*pairs[n]))
-        assert c["p"] == pytest.approx(t.pvalue, rel=1e-9) and c["n"] == len(pairs[n]) == 2 * len(BUDGETS)
+        t = stats.ttest_rel(*list(zip(*pairs[n]))[:2])
+        assert c["p"] == pytest.approx(t.pvalue, rel=1e-9) and c["n"] == len(pairs[n]) == N_PAIRS
         assert c["verdict"] == ("reproduces" if t.pvalue < 0.05 and t.statistic < 0 else "opposite" if t.pvalue < 0.05
                                 else "no clear difference")
-    fit = stats.linregress([math.log10(n) for n in pairs for _ in pairs[n]], [b - m for n in pairs for m, b in pairs[n]])
-    slope = v["MIR's gain grows with model size"]["cells"][0]
-    assert slope["slope"] == pytest.approx(fit.slope, rel=1e-9) and slope["p"] == pytest.approx(fit.pvalue, rel=1e-9)
-    mdlm = [(loss[("mdlm-strong", n, 128, 0)], loss[("mdlm-tuned", n, 128, 0)]) for (m, n, u, s) in loss
-            if (m, u) == ("mdlm-tuned", 128)]
+    every = [(n, u, b - m) for n in pairs for m, b, u in pairs[n]]
+    for claim, x in (("MIR's gain grows with model size", 0), ("MIR helps most where unique data is scarcest (its gain "
+                                                                 "falls as U grows)", 1)):
+        fit, c = stats.linregress([math.log10(e[x]) for e in every], [e[2] for e in every]), v[claim]["cells"][0]
+        assert c["slope"] == pytest.approx(fit.slope, rel=1e-9) and c["p"] == pytest.approx(fit.pvalue, rel=1e-9)
+        clear = fit.pvalue < 0.05 and len(every) >= 4
+        assert v[claim]["verdict"] == ("no clear difference" if not clear else "reproduces"
+                                       if (fit.slope < 0) == (x == 1) else "opposite")
+    logm = [math.log(c["multiplier"]) for c in rep["multipliers"]["softq"]["wd+mir"]["cells"] if 0 < c["multiplier"] < math.inf]
+    c = v["MIR is worth at least the paper's ~1.3x more unique data"]["cells"][0]
+    assert c["n"] == len(logm) and c["p"] == pytest.approx(stats.ttest_1samp(logm, math.log(1.3)).pvalue, rel=1e-9)
+    lo, hi = np.exp(stats.t.interval(0.95, len(logm) - 1, np.mean(logm), stats.sem(logm)))
+    assert f"(95% CI {lo:.2f}-{hi:.2f}x) over MIR's {len(logm)} cells" in v["MIR is worth at least the paper's ~1.3x more "
+                                                                          "unique data"]["ours"]
+    key = [(n, s) for (m, n, u, s) in loss if (m, u) == ("mdlm-tuned", 128)]
+    tuned, weak, wd = ([loss[(m, n, 128, s)] for n, s in key] for m in ("mdlm-tuned", "mdlm-weak", "wd"))
     c = v["strong decay tuned for AR improves the masked-diffusion model"]["cells"][0]
-    assert c["n"] == len(mdlm) == len(SIZES) and c["p"] == pytest.approx(stats.ttest_rel(*zip(*mdlm)).pvalue, rel=1e-9)
+    assert c["n"] == len(key) == 2 * len(SIZES) and c["p"] == pytest.approx(stats.ttest_rel(tuned, weak).pvalue, rel=1e-9)
+    c = v["strong decay closes most of the AR-MDLM gap"]["cells"][0]
+    half = [(w - a) / 2 for w, a in zip(weak, wd)]
+    assert c["p"] == pytest.approx(stats.ttest_rel([t - a for t, a in zip(tuned, wd)], half).pvalue, rel=1e-9)
     assert rep["source"]["arxiv"] == "2606.06888" and rep["regime"] and rep["figures"][0] == "mir_gain.png"
     assert rep["provenance"]["runs_trained"] == len({r["name"] for r in rep["runs"] + rep["sweep"]})
 
@@ -189,7 +218,78 @@ def test_report_only_and_rerun(result, capsys, monkeypatch):
     assert [r["loss"] for r in again["runs"]] == [r["loss"] for r in rep["runs"]] and set(again["fits"]["wd"]["laws"]) == {"chinchilla"}
     assert [v["verdict"] for v in again["verdicts"][:4]] == [v["verdict"] for v in rep["verdicts"][:4]]  # no law in them
     plan = dc.plan(dc.parse_args(argv(text_dir, out) + ["--plan"]))
-    assert "phase 1, decay sweep: 4 runs" in plan and "phase 2, grid: 34 runs" in plan  # 36 less the sweep's 2
+    n_grid = len(SIZES) * (2 * N_PAIRS + 2 * 2)  # wd, wd+mir; MDLM: 2 arms x 2 seeds at the smallest U
+    assert "phase 1, decay sweep: 4 runs" in plan and f"phase 2, grid: {n_grid - 2} runs" in plan  # less the sweep's 2
+
+
+def test_reuse_trains_only_what_the_report_lacks(result, tmp_path, monkeypatch):
+    """--reuse DIR: the runs DIR/report.json holds are taken from it (not trained: no folder, DIR's loss), the ones
+    it lacks train (the same loss as in the first experiment), OUT's provenance starts with DIR's invocations, the
+    per-token sums cover the pairs with folders here; a DIR made with another block size is refused."""
+    from data.common import UserError
+    text_dir, out, rep = result
+    monkeypatch.setitem(dc.PRESETS, "tiny", (TINY, TINY))
+    lack = {r["name"]: r for r in rep["runs"] if (r["size"], r["U"], r["seed"]) == ("L2d16", 1024, 1)
+            or (r["method"], r["size"], r["seed"]) == ("mdlm-weak", "L1d8", 1)}
+    old = dict(rep, runs=[r for r in rep["runs"] if r["name"] not in lack])
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "report.json").write_text(json.dumps(old))
+    reuse = argv(text_dir, tmp_path / "new") + ["--reuse", str(tmp_path / "dir"), "--laws", "chinchilla"]
+    assert ", 3 to train" in dc.plan(dc.parse_args(reuse + ["--plan"])).splitlines()[-2]
+    dc.main(reuse)
+    assert sorted(p.name for p in (tmp_path / "new" / "runs").iterdir()) == sorted(lack) and len(lack) == 3
+    new = json.loads((tmp_path / "new" / "report.json").read_text())
+    for r in new["runs"]:
+        assert ("reused" in r) == (r["name"] not in lack)
+        assert r["loss"] == pytest.approx(lack[r["name"]]["loss"] if r["name"] in lack else next(
+            o["loss"] for o in old["runs"] if o["name"] == r["name"]), rel=1e-6)
+    prov = new["provenance"]
+    assert prov["invocations"][:-1] == rep["provenance"]["invocations"] and prov["runs_trained"] == rep["provenance"][
+        "runs_trained"] + 3
+    assert new["per_token"]["pairs"] == 1 and new["per_token"]["pairs_of"] == rep["per_token"]["pairs"]
+    bad = dict(old, settings=dict(old["settings"], block_size=32))
+    (tmp_path / "dir" / "report.json").write_text(json.dumps(bad))
+    with pytest.raises(UserError, match="block_size 32 \\(here 16\\)"):
+        dc.parse_args(reuse)
+
+
+def test_reuse_of_the_committed_report_plans_only_the_new_runs():
+    """--reuse experiments/results/data_constrained: its scan and sweep are taken whole (the scan chooses as it did),
+    its grid runs under the same names; what trains is only what it lacks."""
+    committed = json.loads((RESULTS / "data_constrained" / "report.json").read_text())
+    a = dc.parse_args(["--reuse", str(RESULTS / "data_constrained"), "--plan"])
+    text = dc.plan(a)
+    scan = dc.choose(a, dc.scan_runs(a))
+    assert scan["choice"] == tuple(committed["scan"]["choice"]) and scan["sizes"] == committed["scan"]["sizes"]
+    sweep = dc.sweep_runs(a)
+    grid = {r.name for r in dc.unique(dc.grid_runs(a, dc.pick_strong(a, sweep)))} - {r.name for r in sweep}
+    kept = grid & {r["name"] for r in committed["runs"]}
+    assert "phase 0, scan: 33 runs, 33 of them reused" in text and "phase 1, decay sweep: 36 runs, 36 of them" in text
+    assert f"phase 2, grid: {len(grid)} runs" + (f", {len(kept)} of them reused" if kept else "") + (
+        f", {len(grid) - len(kept)} to train") in text
+
+
+def test_the_power_rule_behind_the_seeds_at_small_u():
+    """The claims module's rule, by a power computation of its own (the noncentral t): per size, the pairs a
+    paired t-test needs for 80% power at alpha 0.05 at the mean / sd of MIR's gain over the 2-seed runs at
+    U <= 64k; the most over the 2 budgets, capped at 8, at least 4, is the authors preset's seeds_small_u."""
+    def pairs_needed(dz):  # the smallest n whose two-sided paired t-test has power >= 0.8 at effect dz
+        n = 2
+        while True:
+            df, crit = n - 1, stats.t.ppf(0.975, n - 1)
+            if stats.nct.sf(crit, df, dz * n ** 0.5) + stats.nct.cdf(-crit, df, dz * n ** 0.5) >= 0.8:
+                return n
+            n += 1
+    assert pairs_needed(1.0) == 10 and pairs_needed(0.5) == 34  # the textbook values (Cohen's dz)
+    runs = json.loads((RESULTS / "data_constrained" / "report.json").read_text())["runs"]
+    loss = {(r["method"], r["size"], r["U"], r["seed"]): r["loss"] for r in runs if r["seed"] < 2 and r["U"] <= 64000}
+    need = {}
+    for size in ("L2d32", "L3d48", "L4d64", "L4d96"):
+        d = [loss[("wd",) + k[1:]] - x for k, x in loss.items() if k[:2] == ("wd+mir", size)]
+        need[size] = pairs_needed(np.mean(d) / np.std(d, ddof=1))
+    assert need == {"L2d32": 10, "L3d48": 10, "L4d64": 21, "L4d96": 8}  # as the claims module's docstring says
+    assert dc.AUTHORS["seeds_small_u"] == min(8, max(4, math.ceil(max(need.values()) / 2))) == 8
+    assert dc.AUTHORS["small_u"] == 64000
 
 
 def test_errors_are_one_line(result, capsys, monkeypatch):
@@ -200,6 +300,9 @@ def test_errors_are_one_line(result, capsys, monkeypatch):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "\n" not in err and "99,999" in err
+    with pytest.raises(SystemExit) as e:
+        main_guard(lambda: dc.main(argv(text_dir, out.parent / "r") + ["--reuse", str(out.parent / "nowhere")]))
+    assert e.value.code == 2 and "no report.json" in capsys.readouterr().err
     for bad in (["--sizes", "4x64"], ["--sizes", "L1d10h3"], ["--methods", "wd,nope"], ["--budgets", "256"]):
         with pytest.raises(SystemExit) as e:
             dc.parse_args(["--preset", "tiny"] + bad)
@@ -222,25 +325,31 @@ def test_token_names_of_the_music_vocabulary():
 
 def test_claim_records_of_a_made_up_report():
     """records(): the baseline's N for every size; the fan-out gap per (size, seed) at the smallest and largest
-    U; MDLM's two decays paired where they differ, each with its gap to its own AR model; log multipliers
-    (only finite, positive ones); law errors flattened by law."""
+    U; MDLM per (size, U, seed) at the weak decay and at the size's AR-tuned one (any method's name, one record
+    where two name the same run; no cell where both decays are one), with its gap to wd and half the weak one's;
+    log multipliers (only finite, positive ones) beside the paper's ln 1.3; law errors flattened by law."""
     from experiments.lib.data_constrained_claims import CLAIMS, records
     run = lambda m, size, N, U, seed, wd, loss: dict(status="done", method=m, size=size, N=N, U=U, seed=seed,  # noqa
                                                      wd=wd, loss=loss)
     runs = [run("wd", "S", 100, u, s, 0.4, 3 - u / 1000 + s) for u in (1000, 2000) for s in (0, 1)]
+    runs += [run("wd", "T", 200, 1000, 0, 0.1, 1.5), run("mdlm-weak", "T", 208, 1000, 0, 0.1, 3.0),
+             run("mdlm-tuned", "T", 208, 1000, 0, 0.1, 3.0)]  # T's tuned decay is the weak one: no contrast
     runs += [run("wd+mir", "S", 108, 1000, 0, 0.4, 2.5), run("ar-weak", "S", 100, 1000, 0, 0.1, 2.1),
-             run("mdlm-weak", "S", 108, 1000, 0, 0.1, 3.5), run("mdlm-strong", "S", 108, 1000, 0, 0.4, 3.4),
-             run("mdlm-weak", "S", 108, 2000, 0, 0.1, 3.3), run("mdlm-strong", "S", 108, 2000, 0, 0.1, 3.3)]
+             run("mdlm-weak", "S", 108, 1000, 0, 0.1, 3.5), run("mdlm-tuned", "S", 108, 1000, 0, 0.4, 3.4),
+             run("mdlm-strong", "S", 108, 1000, 0, 0.4, 3.4), run("mdlm-strong", "S", 108, 2000, 0, 3.2, 3.3)]
     rep = {"runs": runs, "law_errors": {"wd": {"in_sample": [dict(size="S", U=1000, softq=0.1, chinchilla=0.2)]}},
            "multipliers": {"softq": {"wd+mir": {"cells": [dict(size="S", U=1000, multiplier=2.0),
                                                           dict(size="S", U=2000, multiplier=math.nan)]}}}}
     recs = records(rep)
-    assert {r["N"] for r in recs if r["kind"] == "run"} == {100}  # MIR's and MDLM's [MASK] row: the baseline's N
-    assert sorted((r["seed"], r["gap"]) for r in recs if r["kind"] == "fan_gap") == [(0, 1.0), (1, 1.0)]
-    mdlm = {r["decay"]: r for r in recs if r["kind"] == "mdlm"}  # U = 2000: both at 0.1, the same run: left out
-    assert mdlm["stronger"]["loss"] == 3.4 and mdlm["stronger"]["gap"] == pytest.approx(3.4 - 2.0)  # wd's loss
-    assert mdlm["weaker"]["gap"] == pytest.approx(3.5 - 2.1) and len(mdlm) == 2  # ar-weak's
-    assert [r["log_m"] for r in recs if r["kind"] == "multiplier"] == [math.log(2.0)]
+    assert {r["N"] for r in recs if r["kind"] == "run" and r["size"] == "S"} == {100}  # MIR's, MDLM's [MASK] row
+    assert sorted((r["seed"], r["gap"]) for r in recs if r["kind"] == "fan_gap" and r["size"] == "S") == [(0, 1.0),
+                                                                                                       (1, 1.0)]
+    mdlm = {r["arm"]: r for r in recs if r["kind"] == "mdlm"}  # mdlm-strong at 3.2: neither arm; at 0.4: tuned
+    assert len([r for r in recs if r["kind"] == "mdlm"]) == 3 and {r["size"] for r in mdlm.values()} == {"S"}
+    assert mdlm["tuned"]["loss"] == 3.4 and mdlm["tuned"]["gap"] == pytest.approx(3.4 - 2.0)  # wd at (S, 1000, 0)
+    assert mdlm["weak"]["gap"] == pytest.approx(3.5 - 2.0) and mdlm["half-weak"]["gap"] == pytest.approx(0.75)
+    assert sorted((r["arm"], r["log_m"]) for r in recs if r["kind"] == "multiplier") == [
+        ("paper", math.log(1.3)), ("wd+mir", math.log(2.0))]
     assert sorted((r["law"], r["abs_err"]) for r in recs if r["kind"] == "law_error") == [("chinchilla", 0.2),
                                                                                         ("softq", 0.1)]
     assert len({c.claim for c in CLAIMS}) == len(CLAIMS)
@@ -297,7 +406,7 @@ def test_committed_report_is_the_authors_baseline_in_the_fan_out_regime():
         wd = {(r["U"], r["seed"]): r["loss"] for r in runs if (r["method"], r["size"]) == ("wd", size)}
         mir = {(r["U"], r["seed"]): r["loss"] for r in runs if (r["method"], r["size"]) == ("wd+mir", size)}
         t = stats.ttest_rel([mir[k] for k in sorted(mir)], [wd[k] for k in sorted(mir)])
-        assert c["cell"] == size and c["p"] == pytest.approx(t.pvalue, rel=1e-9) and c["n"] == len(mir) == 8
+        assert c["cell"] == size and c["p"] == pytest.approx(t.pvalue, rel=1e-9) and c["n"] == len(mir) >= 8
 
 
 def test_authors_preset_is_the_default_with_their_baseline():
@@ -310,6 +419,15 @@ def test_authors_preset_is_the_default_with_their_baseline():
     assert run.name == "ar-L2d32-U32000-wd1.6-lr0.003-s0-e16-do0.1-attnout-untied"  # the committed runs' names
     mir = dc.make_run(a, "mir", a.sizes[0], 32000, 1.6, 3e-3, 0)
     assert mir.argv[mir.argv.index("--mir-lambda") + 1] == "0.4" and "--mir-keep-first" in mir.argv
+    a.budgets, a.epochs = [32000, 64000, 128000, 256000], 32  # the committed scan's choice
+    grid = dc.grid_runs(a, {s[0]: (1.6, 3e-3) for s in a.sizes})
+    n = lambda m, U: sorted(r.meta["seed"] for r in grid if (r.meta["method"], r.meta["size"], r.meta["U"]) == (m, "L2d32", U))  # noqa
+    assert n("wd", 64000) == n("wd+mir", 32000) == list(range(8)) and n("wd", 128000) == [0, 1]  # seeds_small_u
+    assert n("mdlm-weak", 32000) == n("mdlm-tuned", 32000) == [0, 1, 2] and n("mdlm-tuned", 64000) == []
+    weak = next(r for r in grid if r.meta["method"] == "mdlm-weak")  # their default decay, lr 2e-4 / 1e-3 of AR's
+    assert weak.name == "mdlm-L2d32-U32000-wd0.1-lr0.0006-s0-e256-do0.1-attnout-untied"
+    assert {r.meta["wd"] for r in grid if r.meta["method"] == "mdlm-tuned"} == {1.6}
+    assert "mdlm-strong" not in a.methods and dc.METHOD_RUN["mdlm-strong"] == ("mdlm", "strong")  # still a method
     e = dc.parse_args(["--preset", "earlier"])
     assert e.tie and e.dropout == 0 and not e.scan and e.sweep_budget == 32000
     r = dc.make_run(e, "ar", e.sizes[0], 8000, 0.4, 3e-3, 0)
@@ -334,9 +452,9 @@ def test_pick_strong_by_the_mean_over_seeds(tmp_path, monkeypatch):
     a = dc.parse_args(["--preset", "t", "--out", str(tmp_path)])
     losses = {(0.1, 0): 2.0, (0.1, 1): 2.6, (1.6, 0): 2.2, (1.6, 1): 2.3}  # best seed 0.1, best mean 1.6
     sweep = dc.sweep_runs(a)
-    monkeypatch.setattr(dc, "val_loss", lambda r: losses[(r.meta["wd"], r.meta["seed"])])
+    monkeypatch.setattr(dc, "val_loss", lambda a, r: losses[(r.meta["wd"], r.meta["seed"])])
     assert dc.pick_strong(a, sweep) == {"L1d16": (1.6, 3e-3), "L2d16": (1.6, 3e-3)}
-    monkeypatch.setattr(dc, "val_loss", lambda r: None if r.meta["seed"] else 2.0)  # unfinished
+    monkeypatch.setattr(dc, "val_loss", lambda a, r: None if r.meta["seed"] else 2.0)  # unfinished
     assert dc.pick_strong(a, sweep) == {"L1d16": None, "L2d16": None}
 
 
@@ -392,7 +510,7 @@ def test_authors_preset_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setitem(dc.PRESETS, "tiny-scan", (dict(
         dc.AUTHORS, stage="music-synthetic", scan_sizes="L1d8,L1d16", scan_budgets="256,512", scan_epochs="1",
         max_budget=1024, decays="0.1,1.0", block_size=16, batch_size=4, mdlm_epochs=1, mdlm_budgets=1, laws="chinchilla",
-        scan_fallback=True, grid_hours=None),) * 2)
+        scan_fallback=True, grid_hours=None, seeds_small_u=None, mdlm_seeds=1),) * 2)
     out = tmp_path / "out"
     run = ["--preset", "tiny-scan", "--jobs", "1", "--threads", "1", "--out", str(out)]
     dc.main(run)
@@ -404,7 +522,7 @@ def test_authors_preset_end_to_end(tmp_path, monkeypatch):
         sw.setdefault((r["size"], r["wd"]), []).append(r["seed"])
     assert sw and all(sorted(v) == [0, 1] for v in sw.values())
     assert rep["scan"]["fallback"] and rep["scan"]["budgets"][0] in (256, 512) and len(rep["scan"]["runs"]) == 6
-    assert {r["method"] for r in rep["runs"]} == {"wd", "wd+mir", "mdlm-tuned", "mdlm-strong"}
+    assert {r["method"] for r in rep["runs"]} == {"wd", "wd+mir", "mdlm-weak", "mdlm-tuned"}
     # MIR's untied head has a [MASK] row (its N is d larger): its runs still pair with wd's by size, U and seed
     cells = rep["verdicts"][0]["cells"]
     assert cells and all(c["test"] == "paired" and c["n"] == 2 * len(rep["scan"]["budgets"]) for c in cells)

@@ -18,35 +18,40 @@ import scaling
 from experiments.lib import data_constrained_claims as dcc
 from experiments.lib.claims import RULE, fmt_mean_std, mean_std, read_all, table
 from experiments.lib.provenance import kept_provenance, provenance_line
-from experiments.lib.common import (pyplot, read_summary, save_figure, settings_json,
+from experiments.lib.common import (pyplot, read_events, read_summary, save_figure, settings_json,
                                     write_report, write_text)
 from experiments.lib.data_constrained_tokens import per_token
 from experiments.lib.evaluate import evaluate_run
 
 SOURCE = {"arxiv": "2606.06888",
           "title": "Data-Constrained Language Model Pretraining: Improved Regularization and Scaling Laws"}
-FIGURES = ["mir_gain.png", "laws.png", "ar_vs_mdlm.png", "gain_by_frequency.png", "wd_sweep.png"]
+FIGURES = ["mir_gain.png", "laws.png", "ar_vs_mdlm.png", "gain_by_frequency.png"]  # the decay sweep: its table
 RECORD_KEYS = ("settings", "strong", "sweep", "runs", "fits", "per_token", "scan")
 MDLM_TABLE = ("ar-weak", "wd", "mdlm-weak", "mdlm-tuned", "mdlm-strong")
 
 
 def collect(a, sweep, grid, strong, scan=None):
-    """The records a report is rendered from: the settings, the strong decay per size, one record per
-    sweep run and per (method, grid run) with its full-validation loss, the law fits, the per-token sums."""
+    """The records a report is rendered from: the settings, the strong decay per size, a record per sweep run and per
+    (method, grid run): its full-validation loss, its val loss's change per epoch over its last evaluation interval
+    (or --reuse DIR's record), the law fits, the per-token sums (else DIR's)."""
     def record(r):
         rec, s = dict(r.meta, name=r.name), read_summary(r.folder)
-        if s is None:
-            return dict(rec, status="diverged" if (r.folder / "diverged.json").exists() else "not run")
-        st, e = s["stages"][0], evaluate_run(r.folder)
+        if (o := a._reused.get(r.name)) or s is None:
+            return dict(o, **rec, reused=str(a.reuse)) if o else dict(rec, status="diverged" if (
+                r.folder / "diverged.json").exists() else "not run")
+        st, e, ev = s["stages"][0], evaluate_run(r.folder), read_events(r.folder, "eval")[-2:]
         return dict(rec, status="done", N=s["params"], params_total=s["params_total"], U_true=st["unique_tokens"],
                     D=st["tokens"], epochs=st["epochs"], steps=st["iters"], loss=e["loss"], loss_kind=e["kind"],
                     val_tokens=e["tokens"], summary_val_loss=st["val_loss"], train_loss=st["train_loss"],
-                    unigram_val_ppl=st.get("unigram_val_ppl"), seconds=s["seconds"])
+                    unigram_val_ppl=st.get("unigram_val_ppl"), seconds=s["seconds"], last_epoch_change=(
+                        ev[1]["val_loss"] - ev[0]["val_loss"]) / ((ev[1]["iter"] - ev[0]["iter"]) * st["epochs"]
+                                                                  / st["iters"]) if len(ev) == 2 else None)
     records = {"settings": {k: v for k, v in settings_json(a).items() if k != "report_only"},
                "strong": {k: {"wd": v[0], "lr": v[1]} for k, v in strong.items()},
                "sweep": [record(r) for r in sweep], "runs": [record(r) for r in grid]}
-    return dict(records, fits=fit_laws(a.laws, a.methods, records), per_token=per_token(records["runs"], a.out / "runs"),
-                scan=scan)
+    return dict(records, fits=fit_laws(a.laws, a.methods, records), scan=scan,
+                per_token=per_token(records["runs"], a.out / "runs") or a._old.get("per_token") and dict(
+                    a._old["per_token"], **{"from": str(a.reuse)}))
 
 
 def read_records(out):
@@ -58,17 +63,13 @@ def done(records, method=None):
     return [r for r in records["runs"] if r["status"] == "done" and (method is None or r["method"] == method)]
 
 
-def cells(runs):
-    """Seed-averaged cells: [dict(N, U, size, D, loss)] in (N, U) order."""
-    by = {}
-    for r in runs:
-        by.setdefault((r["N"], r["U_true"], r["size"]), []).append(r)
-    return [dict(N=n, U=u, size=s, D=float(np.mean([r["D"] for r in rs])), loss=float(np.mean([r["loss"] for r in rs])))
-            for (n, u, s), rs in sorted(by.items())]
-
-
 def arrays(records, method):
-    cs = cells(done(records, method))
+    """A method's seed-averaged cells [dict(N, U, size, D, loss)] in (N, U) order, and their N, U, D, loss arrays."""
+    by = {}
+    for r in done(records, method):
+        by.setdefault((r["N"], r["U_true"], r["size"]), []).append(r)
+    cs = [dict(N=n, U=u, size=s, D=float(np.mean([r["D"] for r in rs])), loss=float(np.mean([r["loss"] for r in rs])))
+          for (n, u, s), rs in sorted(by.items())]
     return cs, tuple(np.array([c[k] for c in cs], float) for k in ("N", "U", "D", "loss"))
 
 
@@ -83,10 +84,8 @@ def fit_laws(laws, methods, records):
     """Per method: the data's fan-out and, per law, the fit on the seed-averaged cells and the
     extrapolation to the largest U (fitted without it, where >= 2 smaller budgets remain)."""
     out = {}
-    for method in methods:
+    for method in [m for m in methods if done(records, m)]:
         cs, (N, U, D, L) = arrays(records, method)
-        if not cs:
-            continue
         res = out[method] = {"cells": len(cs), "laws": {}, "fan_out_data": fan_out(N, U, L)}
         for law in laws.split(",") if laws else scaling.LAWS:
             k = len(scaling.PARAMS[law])
@@ -106,8 +105,9 @@ def derived(records):
     """What the law and multiplier claims read (report.json `law_errors`, `multipliers`): |prediction - loss| per
     seed-averaged cell of each AR method under its SoftQ and Chinchilla fits, in-sample and on the largest U
     under the fit without it; MIR's effective-data multiplier per cell under the baseline's SoftQ fit (at the
-    baseline's N), and the baseline's own cells under it (1 for a perfect fit)."""
-    errors, mult, base = {}, {}, {(c["size"], c["U"]): c["N"] for c in cells(done(records, "wd"))}
+    baseline's N), and the baseline's own cells under it (1 for a perfect fit); geometric means, 95% t-intervals."""
+    from scipy import stats
+    errors, mult, base = {}, {}, {(c["size"], c["U"]): c["N"] for c in arrays(records, "wd")[0]}
     for m in dcc.AR_METHODS:
         fits, (cs, (N, U, D, L)) = (records["fits"].get(m) or {}).get("laws", {}), arrays(records, m)
         for fit in ("in_sample", "extrapolation") if cs else ():
@@ -120,9 +120,11 @@ def derived(records):
         if cs and m in ("wd", "wd+mir") and "params" in f:
             x = scaling.effective_data_multiplier("softq", f["params"], np.array([base.get((c["size"], c["U"]), c["N"])
                                                                                   for c in cs], float), U, L, D)
-            ok = x[np.isfinite(x) & (x > 0)]
+            lg = np.log(x[np.isfinite(x) & (x > 0)])
+            half = stats.t.ppf(0.975, len(lg) - 1) * lg.std(ddof=1) / np.sqrt(len(lg)) if len(lg) > 1 else np.nan
             mult[m] = {"cells": [dict(size=c["size"], N=c["N"], U=c["U"], multiplier=float(v)) for c, v in zip(cs, x)],
-                       "geomean": float(np.exp(np.log(ok).mean())) if len(ok) else None}
+                       "geomean": float(np.exp(lg.mean())) if len(lg) else None,
+                       "ci95": [float(np.exp(lg.mean() + k * half)) for k in (-1, 1)] if len(lg) > 1 else None}
     return errors, {"softq": mult} if mult else {}
 
 
@@ -132,7 +134,8 @@ def regime(a, records):
     span = lambda k: f"{min(r[k] for r in runs):,}-{max(r[k] for r in runs):,}"  # noqa: E731
     return (f"Ours: {span('N')} non-embedding parameters ({len(a.sizes)} sizes), U = {span('U_true')} unique tokens of "
             f"`{a.stage}`, {a.epochs:g} epochs (at most {max(r['D'] for r in runs):,} tokens seen), {a.seeds} seed(s) "
-            "for wd and wd+mir. The paper: 72M-1.4B parameters on web text (DCLM), 16-32 epochs of far larger U, "
+            "for wd and wd+mir" + (f" ({a.seeds_small_u} at U <= {a.small_u:,}: a power rule)" if a.seeds_small_u else "")
+            + ". The paper: 72M-1.4B parameters on web text (DCLM), 16-32 epochs of far larger U, "
             "decay tuned 0.4-3.2; its MIR gains (0.006-0.03 nats) are of the order of our seed spread.")
 
 
@@ -156,43 +159,42 @@ def md(title, text, header, rows):
 def render(records, out):
     """report.md, report.json, runs.csv (and runs-<method>.csv) and the PNGs of OUT from the records alone."""
     out = Path(out)
-    a = argparse.Namespace(**{"dropout": 0.0, "tie": True, "dropout_at": "all", **records["settings"]})
+    a = argparse.Namespace(**{"dropout": 0.0, "tie": True, "dropout_at": "all", "seeds_small_u": None, **records["settings"]})
     a.out, prov = out, kept_provenance(out)
     le, mult = derived(records)
-    m = mult.get("softq", {})
-    note = (f"geometric mean {m['wd+mir']['geomean']:.2f}x over MIR's cells, {m['wd']['geomean']:.2f}x over the "
-            "baseline's own" if m.get("wd+mir", {}).get("geomean") and m.get("wd", {}).get("geomean") else "")
+    m, w = ((mult.get("softq") or {}).get(k) or {} for k in ("wd+mir", "wd"))
+    note = (f"geometric mean {m['geomean']:.2f}x (95% CI {m['ci95'][0]:.2f}-{m['ci95'][1]:.2f}x) over MIR's {len(m['cells'])} "
+            f"cells, {w['geomean']:.2f}x over the baseline's own" if m.get("ci95") and w.get("geomean") else "")
     recs = dcc.records({"runs": records["runs"], "law_errors": le, "multipliers": mult})
-    verdicts = read_all(dcc.CLAIMS, recs, {"MIR is worth more unique data (effective-data multiplier)": note})
-    write_text(out / "runs.csv", csv_text(done(records)))
-    for method in a.methods:
-        write_text(out / f"runs-{method.replace('+', '_')}.csv", csv_text(done(records, method)))
+    verdicts = read_all(dcc.CLAIMS, recs, {c.claim: note for c in dcc.CLAIMS if c.metric == "log_m"})
+    for method in [None] + a.methods:  # runs.csv, runs-<method>.csv
+        write_text(out / (f"runs-{method.replace('+', '_')}.csv" if method else "runs.csv"), csv_text(done(records, method)))
     text = "\n".join(
         [f"# Data-constrained pre-training: MIR, strong decay, masked diffusion, scaling laws{' (--quick)' * a.quick}",
          "", provenance_line(prov), "", f"Xu et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}.",
          "", regime(a, records), "", "## The paper's claims against these runs", "", RULE, ""] + table(verdicts) + [""]
         + setup_lines(a, records) + sweep_lines(a, records) + law_lines(records["fits"]) + token_lines(records["per_token"])
         + mdlm_lines(records))
-    write_report(out, text, source=SOURCE, regime=regime(a, records), figures=plot_all(a, records), verdicts=verdicts,
+    write_report(out, text, source=SOURCE, regime=regime(a, records), figures=plot_all(a, records, verdicts), verdicts=verdicts,
                  provenance=prov, **{k: records[k] for k in RECORD_KEYS}, law_errors=le, multipliers=mult)
     return text
 
 
 def setup_lines(a, records):
     runs, sweep = done(records), [r for r in records["sweep"] if r["status"] == "done"]
-    every = {r["name"]: r for r in runs + sweep}
+    every, scan = {r["name"]: r for r in runs + sweep}, records["scan"]
     margin = min((math.log(r["unigram_val_ppl"]) - r["loss"] for r in runs
                   if not r["method"].startswith("mdlm") and r.get("unigram_val_ppl")), default=None)
-    missing, scan = sorted({r["name"] for r in records["runs"] + records["sweep"] if r["status"] != "done"}), records["scan"]
+    missing = sorted({r["name"] for r in records["runs"] + records["sweep"] if r["status"] != "done"})
     return ["## Setup", "", f"{len(every)} training runs, {sum(r['seconds'] for r in every.values()) / 60:.1f} min of "
-            "training (summed)" + (f"; missing: {', '.join(missing)}" if missing else "") + f". Every run: dropout "
-            f"{a.dropout:g} ({a.dropout_at}), LM head {'tied' if a.tie else 'untied'}; stage `{a.stage}` ("
+            "training (summed)" + (f"; missing: {', '.join(missing)}" if missing else "")
+            + (f"; {k} of them from {a.reuse}/report.json" if (k := sum("reused" in r for r in every.values())) else "")
+            + f". Every run: dropout {a.dropout:g} ({a.dropout_at}), LM head {'tied' if a.tie else 'untied'}; `{a.stage}` ("
             + ("U / (block + 1) whole chunks drawn across the stream" if a.subset == "chunks" else "its first U tokens")
-            + f"), {a.epochs:g} epochs, batch {a.batch_size} x {a.block_size}; methods {', '.join(a.methods)}; seeds "
-            f"0..{a.seeds - 1} for wd and wd+mir; MIR lambda {a.mir_lambda:g}, ratio {a.mir_ratio}, keep-first "
-            f"{a.mir_keep_first}; weak decay {a.weak_decay:g}. The loss: the final checkpoint on the whole validation "
-            "split (MDLM: its NLL bound)." + (f" Every AR run ends >= {margin:.2f} nats below ln(unigram perplexity)."
-                                              if margin is not None else "")
+            + f"), {a.epochs:g} epochs, batch {a.batch_size} x {a.block_size}; methods {', '.join(a.methods)}; MIR "
+            f"lambda {a.mir_lambda:g}, ratio {a.mir_ratio}, keep-first {a.mir_keep_first}; weak decay {a.weak_decay:g}. "
+            "The loss: the final checkpoint on the whole validation split (MDLM: its NLL bound)."
+            + (f" Every AR run ends >= {margin:.2f} nats below ln(unigram perplexity)." if margin is not None else "")
             + (f" The scan (experiments/lib/data_constrained_scan.py; report.json `scan`) chose {scan['choice'][0]:g} "
                f"epochs from U0 = {scan['choice'][1]:,}, sizes {', '.join(scan['sizes'])}"
                + (" (none qualified: the closest)." if scan.get("fallback") else ".") if scan else ""), ""]
@@ -213,15 +215,6 @@ def sweep_lines(a, records):
               ["size", "layers x width", "N", "lr"] + [f"wd {d:g}" for d in a.decays], rows)
 
 
-def gains(records):
-    """{(N, U): [loss(wd) - loss(wd+mir) per seed]} at the baseline's N."""
-    base, by = {(r["size"], r["U"], r["seed"]): r for r in done(records, "wd")}, {}
-    for r in done(records, "wd+mir"):
-        if (b := base.get((r["size"], r["U"], r["seed"]))):
-            by.setdefault((b["N"], r["U"]), []).append(b["loss"] - r["loss"])
-    return dict(sorted(by.items()))
-
-
 def law_lines(fits):
     rows = []
     for method, res in fits.items():
@@ -231,16 +224,17 @@ def law_lines(fits):
             rows.append([method, law, r["note"], "", "", "", "", ""] if "params" not in r else [
                 method, law, f"{r['rmse']:.4f}", f"{r['mae']:.4f}", f3(x.get("rmse"), "{:.4f}"), f3(x.get("mae"), "{:.4f}"),
                 f3(r["fan_out_fit"], "{:+.4f}"), " ".join(f"{k}={v:.4g}" for k, v in r["params"].items())])
-    return md("Scaling laws per method", "Fitted on the seed-averaged cells (Huber on log L, L-BFGS from a grid; "
-              "scaling.py); extrapolation: fitted without the largest U, scored on it. Fan-out: slope of L(smallest U) - "
-              "L(largest U) per decade of N, of the data and of the fit. Muennighoff's base needs single-epoch runs the "
-              "grid lacks, so its row is no test of that law. MDLM's losses are NLL bounds.",
+    return md("Scaling laws per method", "Fitted on the seed-averaged cells (Huber on log L, L-BFGS from a grid; scaling.py); "
+              "extrapolation: fitted without the largest U, scored on it. Fan-out: slope of L(smallest U) - L(largest U) per "
+              "decade of N (data, fit); MDLM: NLL bounds. Muennighoff's base needs single-epoch runs: none here.",
               ["method", "law", "RMSE", "MAE", "extrap. RMSE", "extrap. MAE", "fan-out", "parameters"], rows)
 
 
 def token_lines(tok):
-    return md("Where MIR's gain sits (per token)", f"{tok['pairs']} matched pairs; gain per validation target = CE(wd) "
-              "- CE(wd+mir), bucketed by the target's count in the run's training subset; "
+    where = (f" of {tok['pairs_of']} (those whose run folders are here)" if tok and tok.get("pairs_of", tok["pairs"])
+             != tok["pairs"] else "") + (f", as {tok['from']}/report.json has them" if tok and tok.get("from") else "")
+    return md("Where MIR's gain sits (per token)", f"{tok['pairs']} matched pairs{where}; gain per validation target = "
+              "CE(wd) - CE(wd+mir), bucketed by the target's count in the run's training subset; "
               f"{tok['total_gain_per_pair']:+.1f} nats summed per pair (a decomposition, not a test). Largest summed "
               "gains: " + ", ".join(f"{t['token']} {t['gain_per_pair']:+.2f}" for t in tok["top_tokens"][:5]) + ".",
               ["training count", "targets per pair", "CE wd", "CE wd+mir", "mean gain", "summed gain per pair", "share"],
@@ -251,29 +245,39 @@ def token_lines(tok):
 def mdlm_lines(records):
     by = {}
     for r in done(records):
-        if r["method"] in MDLM_TABLE and r["seed"] == 0:
-            by.setdefault((r["U"], r["size"]), {})[r["method"]] = f"{r['loss']:.3f} ({r['wd']:g})"
+        if r["method"] in MDLM_TABLE:
+            by.setdefault((r["U"], r["size"]), {}).setdefault(r["method"], []).append(r)
     rows = {k: v for k, v in sorted(by.items()) if any(m.startswith("mdlm") for m in v)}
     ms = [m for m in MDLM_TABLE if any(m in v for v in rows.values())]
-    return md("AR vs masked diffusion (MDLM)", "Seed 0; loss (decay). MDLM's loss is its NLL bound.", ["U", "size"] + ms,
-              [[f"{u:,}", s] + [v.get(m, "-") for m in ms] for (u, s), v in rows.items()]) if rows else []
+    arm = lambda rs: (f"{fmt_mean_std([r['loss'] for r in rs])} ({rs[0]['wd']:g}; "  # noqa: E731
+                      f"{fmt_mean_std([r.get('last_epoch_change') for r in rs], '{:+.5f}')})")
+    what = sorted({f"lr {r['lr']:g}, {r['epochs']:.0f} epochs" for v in rows.values() for m in v if "mdlm" in m for r in v[m]})
+    return md("AR vs masked diffusion (MDLM)", "Loss, mean ± std over seeds (decay; the change of its validation loss per "
+              f"epoch over its last evaluation interval, where recorded). MDLM (its NLL bound): {'; '.join(what)}.",
+              ["U", "size"] + ms, [[f"{u:,}", s] + [arm(v[m]) if m in v else "-" for m in ms]
+                                   for (u, s), v in rows.items()]) if rows else []
 
 
-def plot_all(a, records):
-    """The PNGs, most telling first (report.json `figures`)."""
+def plot_all(a, records, verdicts):
+    """The PNGs, most telling first (report.json `figures`); MIR's gain from the pairs of the per-size claim."""
     plt, drawn = pyplot(), []
 
-    def figure(name, n=1, **kw):  # a row of n panels; saved (log x) by save()
+    def figure(name, n=1, **kw):  # a row of n panels (log x unless kw says otherwise), legends added when saved
         fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 1.8, 3.8), squeeze=False, sharey=True)
-        drawn.append((name, fig, axes[0], kw))
+        for ax in axes[0]:
+            ax.set(**{"xscale": "log", **kw})
+            ax.xaxis.set_minor_formatter("")  # no labels between the decades
+            ax.grid(alpha=0.3)
+        drawn.append((name, fig, axes[0]))
         return axes[0]
-    gs, laws = gains(records), (a.laws or "softq,chinchilla").split(",")[:2]
-    ax = figure("mir_gain.png", xlabel="N (the baseline's)", ylabel="loss(wd) - loss(wd+mir)", title="MIR's gain")[0]
+    laws, ax = (a.laws or "softq,chinchilla").split(",")[:2], figure("mir_gain.png", xlabel="U", title="MIR's gain",
+                                                                      ylabel="loss(wd) - loss(wd+mir)")[0]
     ax.axhline(0, color="k", lw=0.8)
-    for u in sorted({u for _, u in gs}):
-        ax.errorbar(*zip(*[(n, *mean_std(g)[:2]) for (n, v), g in gs.items() if v == u]), marker="o", label=f"U={u:,}")
+    for c in (c for c in verdicts[0]["cells"] if c.get("keys")):  # (U, seed) pairs of one size
+        g = {u: [b - t for (v, _), t, b in zip(c["keys"], c["treat"], c["base"]) if v == u] for u, _ in c["keys"]}
+        ax.errorbar(*zip(*[(u, *mean_std(x)[:2]) for u, x in sorted(g.items())]), marker="o", label=c["name"])
     for ax, law in zip(figure("laws.png", len(laws), xlabel="N", ylabel="loss") if "wd" in records["fits"] else [], laws):
-        cs, f = cells(done(records, "wd")), records["fits"]["wd"]["laws"].get(law, {})
+        cs, f = arrays(records, "wd")[0], records["fits"]["wd"]["laws"].get(law, {})
         grid = np.geomspace(min(c["N"] for c in cs), max(c["N"] for c in cs), 60)
         for u in sorted({c["U"] for c in cs}):
             pts = [c for c in cs if c["U"] == u]
@@ -291,21 +295,10 @@ def plot_all(a, records):
     if records["per_token"]:
         b = records["per_token"]["buckets"]["all"]
         figure("gain_by_frequency.png", xlabel="target's count in the training subset (bucket)", ylabel="mean gain per "
-               "target", title="MIR's gain by frequency")[0].bar(range(len(b)), [x["gain"] for x in b],
+               "target", title="MIR's gain by frequency", xscale="linear")[0].bar(range(len(b)), [x["gain"] for x in b],
                                                                  tick_label=[x["bucket"] for x in b], label="gain")
-    ax = figure("wd_sweep.png", xlabel="weight decay", ylabel="loss", title=f"decay sweep (U = {a.sweep_budget:,})",
-                xticks=a.decays, xticklabels=[f"{d:g}" for d in a.decays])[0]
-    for label, *_ in a.sizes:
-        sw = [r for r in records["sweep"] if r["size"] == label and r["status"] == "done"]
-        ws = sorted({r["wd"] for r in sw})
-        ax.plot(ws, [np.mean([r["loss"] for r in sw if r["wd"] == w]) for w in ws], marker="o", label=label)
-    for name, fig, axes, kw in drawn:
+    for name, fig, axes in drawn:
         for ax in axes:
-            if name != "gain_by_frequency.png":
-                ax.set_xscale("log")
-                ax.xaxis.set_minor_formatter("")  # no labels between the decades
-            ax.set(**kw)
-            ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
         fig.tight_layout()
         save_figure(fig, a.out / name)

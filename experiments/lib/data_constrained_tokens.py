@@ -31,12 +31,13 @@ def token_name(corpus, i):
 
 
 def per_token(runs, runs_dir, top_tokens=12):
-    """Per validation target t of a matched (wd, wd+mir) pair (same size, U, seed), g_t = CE_wd(t) - CE_mir(t),
-    summed into FREQ_EDGES buckets of the target's count in that run's training subset, pooled over the
-    pairs; and the tokens with the largest summed gain, decoded. None without a matched pair."""
+    """Per validation target t of a matched (wd, wd+mir) pair (same size, U, seed), g_t = CE_wd(t) - CE_mir(t), summed
+    into FREQ_EDGES buckets of the target's count in that run's training subset, pooled over the pairs with folders in
+    runs_dir (`pairs` of `pairs_of`); and the tokens with the largest summed gain, decoded. None without a pair."""
     ok = [r for r in runs if r["status"] == "done"]
     base = {(r["size"], r["U"], r["seed"]): r for r in ok if r["method"] == "wd"}
-    pairs = [(base[k], r) for r in ok if r["method"] == "wd+mir" and (k := (r["size"], r["U"], r["seed"])) in base]
+    every = [(base[k], r) for r in ok if r["method"] == "wd+mir" and (k := (r["size"], r["U"], r["seed"])) in base]
+    pairs = [p for p in every if all((runs_dir / r["name"] / "val_tokens.npy").exists() for r in p)]
     if not pairs:
         return None
     labels = [f">= {lo:,}" if hi is None else f"{lo:,}-{hi - 1:,}" if hi - lo > 1 else f"{lo:,}"
@@ -53,11 +54,11 @@ def per_token(runs, runs_dir, top_tokens=12):
         np.add.at(t, bucket, np.stack([np.ones_like(ce_b), ce_b, ce_m, ce_b - ce_m], 1))
         tg = np.zeros((corpus.vocab_size, 2)) if tg is None else tg  # per token id: summed gain, targets
         np.add.at(tg, yk, np.stack([ce_b - ce_m, np.ones_like(ce_b)], 1))
-    n, total = len(pairs), t[:, 3].sum()
-    out = {"pairs": n, "bucket_labels": labels, "total_gain_per_pair": float(tg[:, 0].sum() / n), "buckets": {"all": [
+    n, total, per_pair = len(pairs), t[:, 3].sum(), float(tg[:, 0].sum() / len(pairs))
+    out = dict(pairs=n, pairs_of=len(every), bucket_labels=labels, total_gain_per_pair=per_pair, buckets={"all": [
         dict(bucket=labels[k], targets_per_pair=t[k, 0] / n, ce_wd=t[k, 1] / t[k, 0], ce_mir=t[k, 2] / t[k, 0],
              gain=t[k, 3] / t[k, 0], gain_per_pair=t[k, 3] / n, share=t[k, 3] / total if total > 0 else None)
-        for k in range(len(FREQ_EDGES)) if t[k, 0] > 0]}}
+        for k in range(len(FREQ_EDGES)) if t[k, 0] > 0]})
     order = [i for i in np.argsort(-tg[:, 0]) if tg[i, 1] > 0][:top_tokens]
     out["top_tokens"] = [dict(id=int(i), token=token_name(corpus, i), targets_per_pair=tg[i, 1] / n,
                               mean_gain=tg[i, 0] / tg[i, 1], gain_per_pair=tg[i, 0] / n,
