@@ -61,6 +61,12 @@ def stage_file(out, index, name):
     return Path(out) / f"stage{index}-{re.sub(r'[^A-Za-z0-9_-]+', '_', name)}.pt"
 
 
+def read_summary(folder):
+    """A finished run's OUT/summary.json (train.py writes it last), or None while it has not finished."""
+    path = Path(folder) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def load_state_checked(model, state):
     """load_state_dict that names every tensor whose shape does not fit, and why."""
     own = model.state_dict()

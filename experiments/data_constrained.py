@@ -16,7 +16,7 @@ from --reuse DIR's report.json, made with the same SAME settings):
 1. the decay sweep per size at U0: the lowest mean loss over its seeds is the size's strong decay.
 2. the grid: sizes x budgets x methods (METHOD_RUN), seeds_small_u seeds at U <= small_u; MDLM (mdlm_seeds seeds,
    mdlm_epochs epochs, lr x mdlm_lr_ratio) on the mdlm_budgets smallest budgets.
-3-4. every final checkpoint on the whole validation split (MDLM: its NLL bound); experiments/lib/evaluate.py; the
+3-4. every final checkpoint on the whole validation split (MDLM: its NLL bound); evaluate.py; the
    report (experiments/lib/data_constrained_report.py): laws, multiplier, per-token gain, claims, PNGs.
 The authors' baseline (dcp/model.py:95, :135-149, :194; dcp/train4_diffusionauxiliary_impl.py:314-333): dropout 0.1
 on the attention output only, an untied decayed head, decays 0.4-3.2 (scripts/all5models_baseline.sh:21-25). MIR:
@@ -45,7 +45,7 @@ from experiments.lib import data_constrained_scan as sc  # noqa: E402
 from experiments.lib.provenance import Provenance  # noqa: E402
 from experiments.lib.common import (Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
                                     read_summary, run_sweep, write_json)
-from experiments.lib.evaluate import evaluate_run, evaluate_runs  # noqa: E402
+from evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import ArgumentParser, parse_args as train_parse_args  # noqa: E402
 
 # method -> (objective: ar | mir | mdlm, decay: strong = the size's AR-tuned one | weak)

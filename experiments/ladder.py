@@ -9,8 +9,8 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py --preset headline # train.py's headline command as typed (HEADLINE_ARMS), 3 seeds
     python experiments/ladder.py --preset proportions  # the paper's proportions: all the prose, 5 epochs, ~5%
                                                    # pre-training, 5 seeds; the long pair to its stopping rule
-    python experiments/ladder.py --full            # every condition, d 16/32/64, 5 seeds
-    python experiments/ladder.py --paper --plan    # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
+    python experiments/ladder.py --preset full     # every condition, d 16/32/64, 5 seeds
+    python experiments/ladder.py --preset paper --plan  # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
 
 Every pre-training stage is its own train.py run, once per (width, seed), and every prose stage a run of
@@ -77,19 +77,20 @@ PRESETS = {"contributions": dict(conditions=",".join(c for c in CONDITIONS if c 
                                   batch_size=16, prose_tokens=655360, prose_epochs=2, music_steps=600,
                                   poetry_steps=600, music_chunks=1346, long_epochs=10, patience=1),
            "subset": dict(conditions="random,music,ladder,compute-matched", widths="16,32,64", seeds=3),
-           "headline": dict(seeds=3),  # the paper's proportions: pre-training ~5% of the prose tokens seen
+           "headline": dict(seeds=3),  # train.py's headline command as typed, at its defaults, seed 1337 + k
+           # the paper's proportions: pre-training ~5% of the prose tokens seen
            "proportions": dict(conditions="random,music,ladder,compute-matched,long-random,long-ladder", widths="16",
                                seeds=5, batch_size=16, prose_tokens=0, prose_epochs=5, music_steps=60, poetry_steps=60,
-                               music_chunks=160, long_width=16, long_epochs=40, patience=2, min_delta=0.005)}  # train.py's headline command as typed, at its defaults, seed 1337 + k
+                               music_chunks=160, long_width=16, long_epochs=40, patience=2, min_delta=0.005)}
+PRESETS["full"] = dict(PRESETS["contributions"], conditions="all", widths="16,32,64", seeds=5)
+PRESETS["paper"] = dict(PRESETS["full"], prose="wikitext103", prose_tokens=0, batch_size=32, music_dir="maestro",
+                        music_chunks=12000, music_steps=2250, poetry_steps=5000, prose_epochs=5, eval_iters=200,
+                        pre_eval_iters=50, long_epochs=30, patience=3)  # the paper's scale, for a GPU
 HEADLINE_ARMS = {"prose-only": "prose", "curriculum": "music,poetry,prose", "curriculum+prores": "music,poetry,prose "
                  "--prores", "curriculum+prores-stage": "music,poetry,prose --prores --prores-scope stage"}  # --stages
-FULL = dict(conditions="all", widths="16,32,64", seeds=5)
 QUICK = dict(conditions="all", widths="16", capacity_widths="32", seeds=2, headline_seeds=0, batch_size=4,
              block_size=64, prose_tokens=2048, prose_epochs=2, music_steps=16, poetry_steps=8, music_chunks=200,
              eval_iters=4, pre_eval_iters=2, warmup_iters=4, long_width=16, long_epochs=6, patience=1)
-PAPER = dict(conditions="all", widths="16,32,64", seeds=5, prose="wikitext103", prose_tokens=0, batch_size=32,
-             music_dir="maestro", music_chunks=12000, music_steps=2250, poetry_steps=5000, prose_epochs=5,
-             eval_iters=200, pre_eval_iters=50, long_epochs=30, patience=3)
 APPROX_TRAIN_TOKENS = {"wikitext103": 124_000_000, "wikitext2": 2_400_000, "wiki-leads": 990_088}  # for --plan
 # the plan's cost model: 1-thread CPU seconds per 1,000 training tokens by width (text: the GPT-2 head; music:
 # 160 tokens), an evaluation token's cost relative to a training token's, and a run's fixed overhead
@@ -117,19 +118,16 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
 def parse_args(argv=None):
     p = ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     common.add_sweep_args(p, "out/ladder")
-    for flag, what in (("full", "every condition, d 16/32/64, 5 seeds"), ("plan", "print the runs; train nothing"),
-                       ("paper", "the paper's scale for a GPU (WikiText-103, MAESTRO)")):
-        p.add_argument(f"--{flag}", action="store_true", help=what)
-    p.add_argument("--preset", choices=sorted(PRESETS), default="contributions")
+    p.add_argument("--plan", action="store_true", help="print the runs; train nothing")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="contributions", help="PRESETS (default contributions;"
+                   " full: every condition, d 16/32/64, 5 seeds; paper: the paper's scale for a GPU)")
     for flag, kind, what, *default in FLAGS:
         p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what or f"train.py --{flag}")
     a = p.parse_args(argv)
-    if sum((a.quick, a.full, a.paper)) > 1:
-        p.error("give at most one of --quick, --full, --paper")
-    preset = {**SETTINGS, **PRESETS[a.preset], **(QUICK if a.quick else FULL if a.full else PAPER if a.paper else {})}
+    preset = {**SETTINGS, **PRESETS[a.preset], **(QUICK if a.quick else {})}
     vars(a).update({k: v for k, v in preset.items() if getattr(a, k, None) is None})
-    a.out = Path(a.out or "out/ladder" + ("-quick" if a.quick else "-paper" if a.paper else "" if a.preset ==
-                                          "contributions" else f"-{a.preset}")).resolve()
+    a.out = Path(a.out or "out/ladder" + ("-quick" if a.quick else "" if a.preset == "contributions" else
+                                          f"-{a.preset}")).resolve()
     if a.preset == "headline":  # (report.json keeps the arms and train.py's defaults they ran at)
         d = vars(train_flags([]))
         return setattr(a, "budget", {k: d[k] for k in ("iters", "batch_size", "block_size", "n_layer", "n_embd",

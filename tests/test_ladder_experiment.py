@@ -153,17 +153,17 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
 
 
 def test_plan_and_presets_train_nothing(tmp_path, capsys):
-    ladder.main(["--paper", "--plan", "--out", str(tmp_path / "p")])
+    ladder.main(["--preset", "paper", "--plan", "--out", str(tmp_path / "p")])
     text = capsys.readouterr().out
     assert "wikitext103" in text and "310 runs" in text and "estimated wall time" in text
     assert not (tmp_path / "p").exists()
-    a = ladder.parse_args(["--paper", "--plan"])
+    a = ladder.parse_args(["--preset", "paper", "--plan"])
     assert (a.prose, a.music_dir, a.music_chunks, a.seeds, a.widths) == ("wikitext103", "maestro", 12000, 5, [16, 32, 64])
     d = ladder.parse_args(["--preset", "subset"])  # as the committed ladder-subset report was made
     assert d.conditions == ["random", "music", "ladder", "compute-matched"] and d.widths == [16, 32, 64]
     assert (d.prose_tokens, d.prose_epochs, d.batch_size, d.music_steps, d.poetry_steps, d.music_chunks) == \
         (65536, 5, 8, 400, 200, 1340) and d.capacity_widths == [] and len(ladder.plan(d)) == 54
-    assert len(ladder.parse_args(["--full"]).conditions) == len(ladder.CONDITIONS)
+    assert len(ladder.parse_args(["--preset", "full"]).conditions) == len(ladder.CONDITIONS)
     assert ladder.parse_args(["--conditions", "long-ladder"]).conditions == ["long-random", "long-ladder"]
 
 

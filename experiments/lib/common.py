@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
 
 import train  # noqa: E402
+from checkpoint import read_summary  # noqa: E402,F401 (the experiments read it from here)
 from data.common import UserError, atomic_write_bytes  # noqa: E402
 from experiments.lib.provenance import Provenance  # noqa: E402 (main_guard records a stopped invocation)
 
@@ -87,11 +88,6 @@ def threads_per_run(jobs, threads):
 
 def is_finished(folder):
     return (Path(folder) / "summary.json").exists() or (Path(folder) / "diverged.json").exists()
-
-
-def read_summary(folder):
-    path = Path(folder) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def pace_line(runs, estimate, todo_s, jobs):

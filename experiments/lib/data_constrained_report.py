@@ -21,7 +21,7 @@ from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import (pyplot, read_events, read_summary, save_figure, settings_json,
                                     write_report, write_text)
 from experiments.lib.data_constrained_tokens import per_token
-from experiments.lib.evaluate import evaluate_run
+from evaluate import evaluate_run
 
 SOURCE = {"arxiv": "2606.06888",
           "title": "Data-Constrained Language Model Pretraining: Improved Regularization and Scaling Laws"}

@@ -1,13 +1,13 @@
 """
 Where MIR's gain sits, token by token (the data-constrained report): per validation target, CE(wd) -
-CE(wd+mir) of two matched runs, from their val_tokens.npy (experiments/lib/evaluate.py), bucketed by the
+CE(wd+mir) of two matched runs, from their val_tokens.npy (evaluate.py), bucketed by the
 target's count in the run's training subset. A decomposition of the loss difference, not a test of it.
 """
 
 import numpy as np
 
 from experiments.lib.common import read_summary
-from experiments.lib.evaluate import run_corpus, val_windows
+from evaluate import run_corpus, val_windows
 
 FREQ_EDGES = (0, 1, 10, 100, 1000, 10_000, 100_000)  # bucket k: EDGES[k] <= training count < EDGES[k+1]
 

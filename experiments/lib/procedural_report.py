@@ -41,7 +41,7 @@ def scores(a, folder, task):
     from batches import task_predictions
     from checkpoint import stage_file
     from data.tasks import answer_accuracy, answer_span, their_loss_mask, token_accuracy
-    from experiments.lib.evaluate import stage_model
+    from evaluate import stage_model
     path, cache = stage_file(folder, 0, f"stream:{task}"), Path(folder) / "scores.json"
     if cache.exists():
         out = json.loads(cache.read_text())

@@ -74,7 +74,7 @@ class Data:
         self.key = None
 
     def load(self, run):
-        from experiments.lib.evaluate import run_corpus, unigram_loss, val_batch
+        from evaluate import run_corpus, unigram_loss, val_batch
         from flags import parse_args
         args = parse_args(run.argv + ["--out", str(run.folder)])
         if (args.stages, args.block_size, args.batch_size) != self.key:
@@ -88,7 +88,7 @@ def analyse_run(a, run, data):
     """One finished run's record (None if it has not finished): losses, spikes, gradient norms, failure
     (diverged, or stuck within stuck_margin of the unigram loss), the residual stream's RMS after each
     block of its final model on one fixed validation batch, and at its evaluations as train.py logged it."""
-    from experiments.lib.evaluate import activation_rms, stage_model
+    from evaluate import activation_rms, stage_model
     s, diverged = read_summary(run.folder), (run.folder / "diverged.json").exists()
     if s is None and not diverged:
         return None

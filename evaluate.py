@@ -1,6 +1,8 @@
 """
-The evaluation engine the reports share: a finished run's stage model, rebuilt from its
-checkpoint (checkpoint.load_model), run over fixed batches without gradients.
+A finished run evaluated again: its stage model, rebuilt from its checkpoint (checkpoint.load_model),
+run over fixed batches without gradients; the engine the experiments' reports share, and a command:
+
+    python evaluate.py out/run [out/run2 ...] [--jobs 2]   # each run's loss on its whole validation split
 
     model, ck = stage_model(run_folder, 1, "prose")      # the model a stage ended with
     corpus = run_corpus(summary["args"])                 # the corpus (and training subset) it saw
@@ -14,16 +16,17 @@ random number that is not fixed (MDLM's evaluation masks are seeded by the batch
 
 import json
 import math
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from experiments.lib.common import read_summary, threads_per_run, write_json  # (puts the repo root on sys.path)
 from batches import get_batch, load_corpus, unigram_perplexity
-from checkpoint import load_model, stage_file
-from data.common import UserError
+from checkpoint import load_model, read_summary, stage_file
+from data.common import UserError, atomic_write_bytes
 from flags import parse_args
 
 
@@ -129,7 +132,7 @@ def evaluate_run(folder, corpus=None, batch=64):
         loss, kind, n = ce[keep].mean().item(), "nll", int(keep.sum())
         np.save(folder / "val_tokens.npy", ce.view(y.shape).numpy().astype(np.float32))
     e = {"loss": loss, "kind": kind, "tokens": n, "summary_seconds": s["seconds"]}
-    write_json(folder / "val_eval.json", e)
+    atomic_write_bytes(folder / "val_eval.json", json.dumps(e, indent=1).encode())
     return e
 
 
@@ -153,7 +156,7 @@ def evaluate_runs(folders, jobs=1, threads=0):
             evaluate_run(f)
         return len(todo)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        list(pool.map(_eval_worker, todo, [threads_per_run(jobs, threads)] * len(todo)))
+        list(pool.map(_eval_worker, todo, [threads or max(1, (os.cpu_count() or 1) // jobs)] * len(todo)))
     return len(todo)
 
 
@@ -166,3 +169,24 @@ def activation_rms(model, x):
     of L + 1 floats: sqrt(mean(h_l^2)) over every position and channel, with the model's
     residual scales as the run left them (model.GPT.residual_rms; dropout is off in eval)."""
     return model.residual_rms(x)
+
+
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(description="Each finished run's loss on its whole validation split (an AR run: "
+                                "the mean NLL of every target; MDLM: its NLL bound), cached in RUN/val_eval.json.")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="a run folder (train.py --out) with summary.json")
+    p.add_argument("--jobs", type=int, default=1, help="runs evaluated at a time (default 1)")
+    a = p.parse_args(argv)
+    if missing := [r for r in a.runs if read_summary(r) is None]:
+        p.error(f"no finished run (summary.json) in {', '.join(missing)}: give train.py --out folders of finished runs")
+    evaluate_runs(a.runs, max(1, a.jobs))
+    for r in a.runs:
+        e = evaluate_run(r)
+        print(f"{r}: {e['kind']} {e['loss']:.4f} nats/token over {e['tokens']:,} validation tokens "
+              f"(perplexity {math.exp(e['loss']):.2f})" if e["kind"] == "nll" else
+              f"{r}: {e['kind']} {e['loss']:.4f} nats/token over {e['tokens']:,} validation tokens")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
