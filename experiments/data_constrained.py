@@ -239,11 +239,16 @@ def grid_runs(a, strong):
 
 
 def check_budgets(a):
-    """A budget larger than the corpus is a one-line error before anything is trained."""
+    """A budget larger than the corpus is a one-line error before anything is trained; the scan's max_budget (an upper
+    bound, not a budget) is lowered to the corpus's whole training set, so its grid stops there."""
     corpus = load_corpus(a.stage, train_parse_args(["--stages", a.stage, "--block-size", str(a.block_size)]
                                                    + a.train_args.split()))
-    for U in a.budgets + ([a.max_budget] if a.scan else []):
+    for U in a.budgets + (a.scan_budgets if a.scan else []):
         keep_unique_tokens(copy.copy(corpus), U)
+    unit = a.block_size + 1 if a.subset == "chunks" else 1
+    if a.scan and a.max_budget > (whole := len(corpus.train) // unit * unit):
+        print(f"  max_budget {a.max_budget:,} > the {whole:,} training tokens of {a.stage!r}: the grid stops there")
+        a.max_budget = whole
 
 
 def unique(runs):
@@ -295,6 +300,7 @@ def main(argv=None):
     torch.set_num_threads(a.threads or os.cpu_count() or 1)  # this process only evaluates; runs set their own
     try:
         if a.plan:
+            check_budgets(a)
             return print(plan(a))
         a.out.mkdir(parents=True, exist_ok=True)
         bare = a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*"))

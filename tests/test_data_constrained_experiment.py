@@ -534,3 +534,20 @@ def test_authors_preset_end_to_end(tmp_path, monkeypatch):
     shutil.copytree(out, bare, ignore=shutil.ignore_patterns("runs", "provenance.json"))
     dc.main(["--report-only", "--out", str(bare)])
     assert {f: (bare / f).read_bytes() for f in body} == body
+
+
+def test_budgets_beyond_the_corpus(tmp_path, monkeypatch, capsys):
+    """A budget beyond the training set is a one-line error; the scan's max_budget (an upper bound) is lowered to the
+    corpus's whole chunks, so its grid stops there."""
+    from data.common import UserError
+    monkeypatch.setenv("PRELUDE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(dc.PRESETS, "tiny-scan", (dict(
+        dc.AUTHORS, stage="music-synthetic", scan_sizes="L1d8,L1d16", scan_budgets="256,512", scan_epochs="1",
+        max_budget=10 ** 9, block_size=16, batch_size=4),) * 2)
+    a = dc.parse_args(["--preset", "tiny-scan", "--out", str(tmp_path / "o")])
+    dc.check_budgets(a)
+    assert 512 < a.max_budget < 10 ** 9 and a.max_budget % 17 == 0 and "the grid stops there" in capsys.readouterr().out
+    assert dc.sc.grid_budgets(256, a.max_budget)[-1] <= a.max_budget
+    a.budgets = [a.max_budget + 17]
+    with pytest.raises(UserError, match="training tokens"):
+        dc.check_budgets(a)
