@@ -87,7 +87,7 @@ def parse_args(argv=None):
     a.cells = pa.parse_cells(TABLE if a.cells == "table" else a.cells)
     pick = lambda f: list(dict.fromkeys(x for c in a.cells for x in f(*c)))  # noqa: E731 (in the cells' order)
     a.tasks, a.transfers = pick(lambda t, r, m: [t]), pick(lambda t, r, m: [m])
-    a.merges = pick(lambda t, r, m: [tuple(r[len("attn-"):].split("+mlp-"))] if r.startswith("attn-") else [])
+    a.merges = pick(lambda t, r, m: [pa.merge_kinds(r)] if pa.merge_kinds(r) else [])
     a.kinds = pick(lambda t, r, m: [] if r == "none" or r.startswith("attn-") or r.endswith(pa.SHUFFLED) else [r])
     a.kinds += [k for mg in a.merges for k in mg if k not in a.kinds]   # a merge's models are pre-trained too
     a.controls = pick(lambda t, r, m: [pa.base_kind(r)] if r.endswith(pa.SHUFFLED) else [])

@@ -211,6 +211,8 @@ def test_the_table_cells_are_planned_each_with_its_baseline(tmp_path):
         assert (t.batch_size, t.iters, t.patience, t.min_delta, t.eval_interval) == (64, 20_000, 8, 0.001, 250)
     merged = [r for r in warm if r.meta["condition"] == "attn-dyck+mlp-set"]
     assert merged and all(r.meta["pre"] == ["pre-dyck-2_4_16-s0", "pre-set-2_4_16-s0"] for r in merged)
+    assert a.merges == [("dyck", "set")] and PA.merge_kinds(PA.merge_label(("set", "dyck"))) == ("set", "dyck")
+    assert PA.merge_kinds("dyck-shuffled") is None
     a = P.parse_args(["--cells", "sorting:none,sorting:set:attn", "--out", str(tmp_path / "o")])
     assert [(r.meta["condition"], r.meta["transfer"]) for r in sum(PA.plan(a)[1:], [])] == [
         ("none", "none")] * 3 + [("set", "attn")] * 3

@@ -161,6 +161,11 @@ def merge_label(m):
     return f"attn-{m[0]}+mlp-{m[1]}"
 
 
+def merge_kinds(row):
+    """merge_label's inverse: 'attn-dyck+mlp-set' -> ('dyck', 'set'); None for a row that is not a merge."""
+    return tuple(row[len("attn-"):].split("+mlp-")) if row.startswith("attn-") else None
+
+
 def merge_ckpt(a, m, task, seed):
     return a.out / "merges" / f"{merge_label(m)}-{arch(task)}-s{seed}.pt"
 
