@@ -8,11 +8,12 @@ Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alph
     python experiments/prores.py --quick            # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --preset depth     # an lr x depth scan of the baselines, then 5 placements there
     python experiments/prores.py --preset pilot     # T = 100 steps a layer, 10,000 steps, L 8 / 48, one seed
+    python experiments/prores.py --preset warmup    # the breakdown's Post-LN baselines, a 200-step lr warm-up
     python experiments/prores.py --report-only --out experiments/results/prores   # rebuild from report.json
     python experiments/prores.py --set n_embd=64 iters=2000   # any preset entry
 
 Presets (PRESETS below) are data: every setting of every run. The measurement trains each placement in
---norms, baseline and + ProRes, at each depth, seeds 0..N-1 (a seed's two arms share initial weights and
+--norms, baseline and + ProRes (the preset's `arms`), at each depth, seeds 0..N-1 (a seed's two arms share initial weights and
 batches, so they are compared paired). ProRes' ramp puts the deepest layer fully on at ramp_frac of the run
 (T = ramp_frac x iters / L steps a layer; the authors' T L = 48k of 100k steps at 48-96 layers).
 The depth preset first scans the baselines (seed 0) over scan_lrs x scan_depths and measures at the point
@@ -43,14 +44,14 @@ from experiments.lib import prores_report as rep  # noqa: E402
 from experiments.lib.provenance import Provenance  # noqa: E402
 from experiments.lib.common import (add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
                                     run_sweep)
-from experiments.lib.prores_runs import measure_runs, scan_runs  # noqa: E402
+from experiments.lib.prores_runs import ARMS, measure_runs, scan_runs  # noqa: E402
 import model  # noqa: E402
 
 COMMON = dict(stage="music", n_embd=32, n_head=4, batch_size=16, block_size=64, init="plain", schedule="wsd",
               warmup_frac=0.02, decay_frac=0.1, min_lr=0.0, ramp_frac=0.5, prores_T=None, prores_schedule="linear",
               eval_iters=10, spike_window=20, loss_spike_pct=10.0, grad_spike_x=3.0, stuck_margin=0.1, margin=0.1,
               auto_min_lr=2e-3, scan=False, scan_lrs=[1e-3, 2e-3, 4e-3, 8e-3], scan_depths=[8, 24, 48, 96],
-              scan_norms=["pre", "post"], scan_iters=0, train_args=[])
+              scan_norms=["pre", "post"], scan_iters=0, arms=["base", "prores"], train_args=[])
 PRESETS = {  # "quick": the entries --quick replaces
     "breakdown": dict(COMMON, lr=4e-3, depths=[8, 48, 96], norms=["pre", "post"], iters=1000, seeds=3, evals=10,
                       quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
@@ -60,6 +61,9 @@ PRESETS = {  # "quick": the entries --quick replaces
     # the paper's steps a layer (T >= 100; theirs 500-1,000) and a run long enough to end flat after the ramp
     "pilot": dict(COMMON, lr=8e-3, depths=[8, 48], norms=["pre", "post"], iters=10_000, seeds=1, evals=40,
                   prores_T=100, quick=dict(iters=60, depths=[4, 16], eval_iters=4, evals=2, prores_T=2)),
+    # the breakdown's Post-LN baselines with a warm-up of 200 steps instead of 20: is its stall the warm-up's?
+    "warmup": dict(COMMON, lr=4e-3, depths=[8, 48, 96], norms=["post"], iters=1000, seeds=3, evals=10,
+                   warmup_frac=0.2, arms=["base"], quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
 }
 MS_PER_LAYER_STEP, START_S = 7.0, 4.0  # CPU time of a 1-thread run of width 32 (2-core EPYC), +-30%
 
@@ -108,6 +112,8 @@ def parse_args(argv=None):
     bad = [n for n in a.norms + a.scan_norms if n not in model.NORMS]
     if bad:
         raise UserError(f"unknown norm placement(s) {bad}; choose from {', '.join(model.NORMS)}")
+    if not a.arms or set(a.arms) - set(ARMS):
+        raise UserError(f"--set arms={a.arms}: give a list from {list(ARMS)}, e.g. arms=[\"base\"]")
     if not a.scan and "auto" in (a.lr, a.depths):
         raise UserError("without the scan, give --lr and --depths as numbers (auto chooses them from the scan)")
     if a.seeds < 1 or a.iters < 1 or min(a.scan_depths + ([] if a.depths == "auto" else a.depths)) < 1:
@@ -168,7 +174,7 @@ def plan(a):
               f" min with --jobs {a.jobs}")
         print("  " + (pace_line(runs, cpu_s, sum(map(cpu_s, todo)), a.jobs) or "no finished run to measure the pace"))
     if not phases or phases[-1][0] == "scan":
-        print(f"measurement: at the point the scan picks, {len(a.norms) * 2 * a.seeds} runs per depth")
+        print(f"measurement: at the point the scan picks, {len(a.norms) * len(a.arms) * a.seeds} runs per depth")
 
 
 def main(argv=None):

@@ -35,6 +35,14 @@ def test_runs_and_their_train_flags(tmp_path):
     runs = measure_runs(p, p.lr, p.depths)
     assert {r.meta["T"] for r in runs if r.meta["prores"]} == {100} and len(runs) == 2 * 2 * 2 and p.iters == 10_000
     assert all(prores.ramp_steps(r.meta["depth"], 100) <= p.iters // 2 for r in runs)   # half the run after the ramp
+    w = exp.parse_args(["--preset", "warmup", "--out", str(tmp_path / "w")])  # the Post-LN baselines, 200-step warm-up
+    runs = measure_runs(w, w.lr, w.depths)
+    assert len(runs) == 3 * 3 and not any(r.meta["prores"] for r in runs) and {r.meta["norm"] for r in runs} == {"post"}
+    assert {train_parse_args(r.argv + ["--out", "x"]).warmup_iters for r in runs} == {200}
+    base = [x.argv for x in measure_runs(b, b.lr, b.depths) if (x.meta["norm"], x.meta["prores"], x.meta["depth"]) ==
+            ("post", False, 48)]  # the breakdown's runs but for the warm-up (20 steps there)
+    assert base and [r.argv for r in runs if r.meta["depth"] == 48] == [
+        ["200" if v[i - 1] == "--warmup-iters" else x for i, x in enumerate(v)] for v in base]
     a = exp.parse_args(["--preset", "depth", "--quick", "--out", str(tmp_path), "--set", "n_head=2", "stage=x"])
     assert a.norms == ["pre", "post", "sandwich", "deepnorm", "lns-init"] and (a.n_head, a.stage, a.seeds) == (2, "x", 1)
     a.stage = "music"
@@ -58,8 +66,9 @@ def test_runs_and_their_train_flags(tmp_path):
     shared = {r.name for r in scan} & set(names)  # a scan run and the measurement's seed-0 baseline are one run
     assert shared and all(next(s for s in scan if s.name == n).argv == next(m for m in meas if m.name == n).argv
                           for n in shared)
-    for bad in (["--set", "n_embed=8"], ["--norms", "pre,postln"], ["--preset", "depth", "--set", "scan=false"]):
-        with pytest.raises(Exception, match="n_embed|postln|--lr and --depths"):
+    for bad in (["--set", "n_embed=8"], ["--norms", "pre,postln"], ["--preset", "depth", "--set", "scan=false"],
+                ["--set", "arms=[\"half\"]"]):
+        with pytest.raises(Exception, match="n_embed|postln|--lr and --depths|arms"):
             exp.parse_args(bad + ["--out", str(tmp_path)])
 
 

@@ -22,7 +22,7 @@ from experiments.lib.claims import RULE, compare, fmt_mean_std, fmt_p, read_all,
 from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import (pyplot, read_events, read_summary,
                                     save_figure, settings_json, write_report)
-from experiments.lib.prores_runs import prores_T
+from experiments.lib.prores_runs import ARMS, prores_T
 
 SOURCE = {"arxiv": "2603.05369", "title": "Progressive Residual Warmup for Language Model Pretraining"}
 NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnorm": "DeepNorm",
@@ -159,12 +159,13 @@ def collect(a, scan_recs, meas_recs, point):
 
 def regime(a, lr, depths):
     T = {d: prores_T(a, d, a.iters) for d in depths}
+    ramp = (f"ProRes' `{a.prores_schedule}` ramp with T = " + " / ".join(f"{T[d]:.1f}" for d in depths) + " steps a "
+            f"layer, every layer on by step {math.ceil(max(T[d] * d for d in depths) - 1e-9):,}" if "prores" in
+            getattr(a, "arms", ARMS) else f"the baselines alone, warm-up {max(1, round(a.warmup_frac * a.iters))} steps")
     return (f"Ours: GPT-2 blocks (LayerNorm) of width {a.n_embd}, {', '.join(map(str, depths))} layers, {a.iters:,} "
-            f"steps of {a.batch_size} x {a.block_size} tokens of `{a.stage}` at lr {lr:g}, {a.seeds} seed(s); ProRes' "
-            f"`{a.prores_schedule}` ramp with T = " + " / ".join(f"{T[d]:.1f}" for d in depths) + " steps a layer, "
-            f"every layer on by step {math.ceil(max(T[d] * d for d in depths) - 1e-9):,}. The paper: LLaMA blocks "
-            "(RMSNorm, SwiGLU) of 71M-7B parameters, 24-120 layers at 71M, T = 500-1,000 steps a layer in runs of "
-            "100k steps of 512 x 1,024 tokens of C4.")
+            f"steps of {a.batch_size} x {a.block_size} tokens of `{a.stage}` at lr {lr:g}, {a.seeds} seed(s); {ramp}. "
+            "The paper: LLaMA blocks (RMSNorm, SwiGLU) of 71M-7B parameters, 24-120 layers at 71M, T = 500-1,000 "
+            "steps a layer in runs of 100k steps of 512 x 1,024 tokens of C4.")
 
 
 def front_table(recs):
@@ -280,13 +281,13 @@ def panels(plt, n_rows, n_cols, name, out, draw, ylabels, logy=()):
 def plot(a, srecs, recs, depths):
     """The PNGs, drawn into a.out from the records; returns their names."""
     plt, drawn = pyplot(), []
-    conds = [(n, pr) for n in a.norms for pr in (False, True)]
+    conds = [(n, ARMS[x]) for n in a.norms for x in getattr(a, "arms", ARMS)]
     style = lambda n, pr: dict(color=COLORS.get(n), ls="--" if pr else "-", label=label(n, pr))  # noqa: E731
     pick = lambda n, pr, d: [r for r in recs if (r["norm"], r["prores"], r["depth"]) == (n, pr, d)]  # noqa: E731
     if recs:
         def final(ax, i, j):
             n = a.norms[j]
-            for pr in (False, True):
+            for pr in (ARMS[x] for x in getattr(a, "arms", ARMS)):
                 rs = [r for r in recs if (r["norm"], r["prores"]) == (n, pr) and r["val_loss"] is not None]
                 ds = sorted({r["depth"] for r in rs})
                 ax.plot(ds, [np.mean([r["val_loss"] for r in rs if r["depth"] == d]) for d in ds], marker="o",

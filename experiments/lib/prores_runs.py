@@ -7,6 +7,8 @@ The ProRes experiment's runs: names, flags and order (experiments/prores.py trai
 
 from experiments.lib.common import Run
 
+ARMS = {"base": False, "prores": True}  # a preset's `arms`: which of a seed's two runs it trains
+
 
 def prores_T(a, depth, iters):
     """Steps per layer of ProRes' linear ramp alpha(l, t) = min(t / (T l), 1): the deepest layer is fully on
@@ -58,4 +60,4 @@ def measure_runs(a, lr, depths):
     """The measurement: seed-major (a partial sweep covers every cell early), deepest first within a seed."""
     return [make_run(a, "measure", norm, pr, d, lr, seed, a.iters)
             for seed in range(a.seeds) for d in sorted(depths, reverse=True) for norm in a.norms
-            for pr in (False, True)]
+            for pr in (ARMS[x] for x in a.arms)]
