@@ -33,8 +33,8 @@ PAPERS = (("ladder", "The ladder: music, then poetry, then prose"),
           ("procedural", "Procedural pre-training: algorithmic data before language"),
           ("data_constrained", "Data-constrained pre-training: Masked-Input Regularization and SoftQ"),
           ("prores", "ProRes: progressive residual warmup"))
-# the other presets' reports whose front table stands beside their paper's (on RESULTS.md and the README)
-SHOWN = {"ladder": ("ladder-headline",)}
+# the other presets' reports whose front table stands beside their paper's on RESULTS.md: (folder, on the README too)
+SHOWN = {"ladder": (("ladder-headline", True),), "prores": (("prores-warmup", False),)}
 BEGIN, END = "<!-- results table: made by results.py -->", "<!-- end of results table -->"
 
 
@@ -54,11 +54,12 @@ def paper_section(i, name, heading, rep):
     figs = rep.get("figures", [])
     if figs:
         lines += ["", "Figures: " + ", ".join(f"[{f}]({link}/{f})" for f in figs) + "."]
-    for other in SHOWN.get(name, ()):
-        t, at = load(other)["front_table"], f"experiments/results/{other}"
-        lines += ["", f"{t['title']} ([{at}/report.md]({at}/report.md)):", ""] + t["lines"]
+    for other, _ in SHOWN.get(name, ()):
+        rep, at = load(other), f"experiments/results/{other}"
+        lines += ["", f"{rep['front_table']['title']} ([{at}/report.md]({at}/report.md)). {rep['regime']}", ""]
+        lines += rep["front_table"]["lines"]
     earlier = sorted(p.parent.name for p in RESULTS.glob(f"{name}-*/report.md")
-                     if p.parent.name not in SHOWN.get(name, ()))
+                     if p.parent.name not in dict(SHOWN.get(name, ())))
     if earlier:  # the earlier defaults' reports, kept beside the current one
         lines += ["", "Earlier runs of this experiment (other presets): "
                   + ", ".join(f"[{e}/report.md](experiments/results/{e}/report.md)" for e in earlier) + "."]
@@ -97,7 +98,7 @@ def readme_table(reports):
         t = reports[name].get("front_table")
         if t:
             lines += ["", f"{heading}: {t['title'][0].lower()}{t['title'][1:]}:", ""] + t["lines"]
-        for other in SHOWN.get(name, ()):
+        for other in (o for o, on_readme in SHOWN.get(name, ()) if on_readme):
             t = load(other)["front_table"]
             lines += ["", f"{t['title']} ([report](experiments/results/{other}/report.md)):", ""] + t["lines"]
     return "\n".join(lines + [END])

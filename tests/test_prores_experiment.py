@@ -197,7 +197,7 @@ def test_tiny_sweep_end_to_end(cache, tmp_path, capsys):
     assert {f: (bare / f).read_bytes() for f in body} == body
 
 
-@pytest.mark.parametrize("name", ["prores", "prores-depth"])
+@pytest.mark.parametrize("name", ["prores", "prores-depth", "prores-warmup"])
 def test_committed_report_rebuilds_byte_identical(tmp_path, name):
     src, out = RESULTS / name, tmp_path / name
     shutil.copytree(src, out)
@@ -205,7 +205,7 @@ def test_committed_report_rebuilds_byte_identical(tmp_path, name):
     for f in ("report.md", "report.json"):
         assert (out / f).read_bytes() == (src / f).read_bytes(), f
     rep = json.loads((out / "report.json").read_text())
-    assert rep["settings"]["preset"] == {"prores": "breakdown", "prores-depth": "depth"}[name]
+    assert rep["settings"]["preset"] == {"prores": "breakdown", "prores-depth": "depth", "prores-warmup": "warmup"}[name]
     assert sum("loss" in r for r in rep["runs"]) == len(rep["runs"]) // 3  # seed 0's curves only
 
 
