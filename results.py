@@ -10,8 +10,8 @@ Each report.json (written by experiments/lib/<name>_report.py) carries what this
 `verdicts` (per claim of the paper: the claim, the paper's number, ours, the test, the verdict),
 `figures`, `provenance` (commit, command, hardware, wall time), and optionally `front_table`
 (a title and Markdown table lines the report wants beside its claims and on the README; with
-`readme_only` on the README alone; another preset's report named in SHOWN has its front table shown
-beside its paper's). Every verdict is read by the one engine, experiments/lib/claims.py,
+`readme_only` on the README alone; another preset's report named in SHOWN has its front table and
+regime shown beside its paper's on RESULTS.md, and on the README where SHOWN says so). Every verdict is read by the one engine, experiments/lib/claims.py,
 from the claim table of its paper (experiments/lib/<paper>_claims.py).
 """
 
@@ -55,9 +55,9 @@ def paper_section(i, name, heading, rep):
     if figs:
         lines += ["", "Figures: " + ", ".join(f"[{f}]({link}/{f})" for f in figs) + "."]
     for other, _ in SHOWN.get(name, ()):
-        rep, at = load(other), f"experiments/results/{other}"
-        lines += ["", f"{rep['front_table']['title']} ([{at}/report.md]({at}/report.md)). {rep['regime']}", ""]
-        lines += rep["front_table"]["lines"]
+        shown, at = load(other), f"experiments/results/{other}"
+        lines += ["", f"{shown['front_table']['title']} ([{at}/report.md]({at}/report.md)). {shown['regime']}", ""]
+        lines += shown["front_table"]["lines"]
     earlier = sorted(p.parent.name for p in RESULTS.glob(f"{name}-*/report.md")
                      if p.parent.name not in dict(SHOWN.get(name, ())))
     if earlier:  # the earlier defaults' reports, kept beside the current one

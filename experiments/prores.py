@@ -112,8 +112,8 @@ def parse_args(argv=None):
     bad = [n for n in a.norms + a.scan_norms if n not in model.NORMS]
     if bad:
         raise UserError(f"unknown norm placement(s) {bad}; choose from {', '.join(model.NORMS)}")
-    if not a.arms or set(a.arms) - set(ARMS):
-        raise UserError(f"--set arms={a.arms}: give a list from {list(ARMS)}, e.g. arms=[\"base\"]")
+    if not isinstance(a.arms, list) or not a.arms or set(a.arms) - set(ARMS) or len(set(a.arms)) < len(a.arms):
+        raise UserError(f"--set arms={a.arms}: give a list of distinct arms from {list(ARMS)}, e.g. arms=[\"base\"]")
     if not a.scan and "auto" in (a.lr, a.depths):
         raise UserError("without the scan, give --lr and --depths as numbers (auto chooses them from the scan)")
     if a.seeds < 1 or a.iters < 1 or min(a.scan_depths + ([] if a.depths == "auto" else a.depths)) < 1:

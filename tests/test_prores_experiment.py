@@ -3,6 +3,7 @@ scan's choice of the measurement point, the claims' records, a tiny sweep end to
 committed reports rebuilt byte for byte from their report.json."""
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch
 from scipy import stats
 
 import prores
+from data.common import UserError
 from experiments import prores as exp
 from experiments.lib import prores_claims
 from experiments.lib.claims import read_all
@@ -66,9 +68,11 @@ def test_runs_and_their_train_flags(tmp_path):
     shared = {r.name for r in scan} & set(names)  # a scan run and the measurement's seed-0 baseline are one run
     assert shared and all(next(s for s in scan if s.name == n).argv == next(m for m in meas if m.name == n).argv
                           for n in shared)
-    for bad in (["--set", "n_embed=8"], ["--norms", "pre,postln"], ["--preset", "depth", "--set", "scan=false"],
-                ["--set", "arms=[\"half\"]"]):
-        with pytest.raises(Exception, match="n_embed|postln|--lr and --depths|arms"):
+    for bad, says in ((["--set", "n_embed=8"], "no preset entry 'n_embed'"), (["--norms", "pre,postln"], "postln"),
+                      (["--preset", "depth", "--set", "scan=false"], "--lr and --depths"),
+                      (["--set", "arms=[\"half\"]"], "distinct arms"), (["--set", "arms=1"], "distinct arms"),
+                      (["--set", "arms=[\"base\", \"base\"]"], "distinct arms")):
+        with pytest.raises(UserError, match=re.escape(says)):
             exp.parse_args(bad + ["--out", str(tmp_path)])
 
 
@@ -215,3 +219,16 @@ def test_report_only_without_runs_or_report_is_one_line(tmp_path, capsys):
         main_guard(lambda: exp.main(["--report-only", "--out", str(tmp_path / "none")]))
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith("error:") and "\n" not in err and "report.json" in err
+
+
+def test_stuck_baselines_are_noted_on_their_depth_claims():
+    """A depth claim whose baseline failed to train says where and after what warm-up; none otherwise."""
+    from experiments.lib.prores_report import stuck_notes
+    recs = [dict(norm=n, prores=pr, depth=d, seed=s, failed=(n == "post" and d == 48 and s < 2))
+            for n in ("pre", "post") for pr in (False, True) for d in (8, 48) for s in range(3)]
+    notes = stuck_notes(recs, 20)
+    assert set(notes) == {"Without ProRes, Post-LN degrades with depth", "ProRes prevents the deep breakdown of Post-LN"}
+    assert set(notes) <= {c.claim for c in prores_claims.CLAIMS}
+    assert "L = 48 (2/3)" in notes["ProRes prevents the deep breakdown of Post-LN"] and "20-step" in notes[
+        "ProRes prevents the deep breakdown of Post-LN"]
+    assert stuck_notes([dict(r, failed=False) for r in recs], 20) == {}

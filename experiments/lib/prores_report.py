@@ -22,7 +22,7 @@ from experiments.lib.claims import RULE, compare, fmt_mean_std, fmt_p, read_all,
 from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import (pyplot, read_events, read_summary,
                                     save_figure, settings_json, write_report)
-from experiments.lib.prores_runs import ARMS, prores_T
+from experiments.lib.prores_runs import arm_flags, prores_T, warmup_iters
 
 SOURCE = {"arxiv": "2603.05369", "title": "Progressive Residual Warmup for Language Model Pretraining"}
 NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnorm": "DeepNorm",
@@ -160,33 +160,56 @@ def collect(a, scan_recs, meas_recs, point):
 def regime(a, lr, depths):
     T = {d: prores_T(a, d, a.iters) for d in depths}
     ramp = (f"ProRes' `{a.prores_schedule}` ramp with T = " + " / ".join(f"{T[d]:.1f}" for d in depths) + " steps a "
-            f"layer, every layer on by step {math.ceil(max(T[d] * d for d in depths) - 1e-9):,}" if "prores" in
-            getattr(a, "arms", ARMS) else f"the baselines alone, warm-up {max(1, round(a.warmup_frac * a.iters))} steps")
+            f"layer, every layer on by step {math.ceil(max(T[d] * d for d in depths) - 1e-9):,}" if True in
+            arm_flags(a) else "the baselines alone")
     return (f"Ours: GPT-2 blocks (LayerNorm) of width {a.n_embd}, {', '.join(map(str, depths))} layers, {a.iters:,} "
-            f"steps of {a.batch_size} x {a.block_size} tokens of `{a.stage}` at lr {lr:g}, {a.seeds} seed(s); {ramp}. "
-            "The paper: LLaMA blocks (RMSNorm, SwiGLU) of 71M-7B parameters, 24-120 layers at 71M, T = 500-1,000 "
-            "steps a layer in runs of 100k steps of 512 x 1,024 tokens of C4.")
+            f"steps of {a.batch_size} x {a.block_size} tokens of `{a.stage}` at lr {lr:g} after a "
+            f"{warmup_iters(a, a.iters):,}-step warm-up, {a.seeds} seed(s); {ramp}. The paper: LLaMA blocks "
+            "(RMSNorm, SwiGLU) of 71M-7B parameters, 24-120 layers at 71M, T = 500-1,000 steps a layer in runs of "
+            "100k steps of 512 x 1,024 tokens of C4.")
 
 
 def front_table(recs):
-    """Final val loss per placement and depth, baseline against ProRes, and the baseline against its own
-    shallowest depth: the cells the loss and depth claims read, each by the rule (paired by seed)."""
-    flat = prores_claims.records({"runs": recs})
-    lines = ["| placement | L | baseline | + ProRes | failed: base / ProRes | ProRes - baseline | baseline - its "
-             "shallowest | the baseline degrades |", "|---|---|---|---|---|---|---|---|"]
+    """Final val loss per placement and depth, baseline against ProRes (where ProRes ran), and the baseline
+    against its own shallowest depth: the cells the loss and depth claims read, each by the rule (paired by
+    seed)."""
+    flat, both = prores_claims.records({"runs": recs}), any(r["prores"] for r in recs)
+    head = ["placement", "L", "baseline"] + (["+ ProRes", "failed: base / ProRes", "ProRes - baseline"] if both
+                                             else ["failed"]) + ["baseline - its shallowest", "the baseline degrades"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for norm, d in sorted({(r["norm"], r["depth"]) for r in recs}, key=lambda k: (list(NAMES).index(k[0]), k[1])):
         arm = {pr: [r for r in recs if (r["norm"], r["depth"], r["prores"]) == (norm, d, pr)] for pr in (False, True)}
         got = {k: [r for r in flat if (r["norm"], r["depth"], r["arm"]) == (norm, d, k)]
                for k in ("ProRes", "baseline", "baseline at L0")}
         c, deg = (compare(got[t], got[b], "val_loss") if got[t] and got[b] else None
                   for t, b in (("ProRes", "baseline"), ("baseline", "baseline at L0")))
-        fails = " / ".join(f"{sum(r['failed'] for r in arm[pr])}/{len(arm[pr])}" for pr in (False, True))
-        lines.append(f"| {label(norm, False)} | {d} | {fmt_mean_std([r['val_loss'] for r in arm[False]])} | "
-                     f"{fmt_mean_std([r['val_loss'] for r in arm[True]])} | {fails} | " + " | ".join(
-                         "-" if x is None else f"{x['diff']:+.3f} ({fmt_p(x['p'])})" for x in (c, deg)) +
-                     f" | {'(reference)' if deg is None else 'yes' if got['baseline'][0]['degrades'] else 'no'} |")
+        diff = lambda x: "-" if x is None else f"{x['diff']:+.3f} ({fmt_p(x['p'])})"  # noqa: E731
+        fails = [f"{sum(r['failed'] for r in arm[pr])}/{len(arm[pr])}" for pr in (False, True)]
+        cells = [label(norm, False), str(d), fmt_mean_std([r["val_loss"] for r in arm[False]])]
+        cells += ([fmt_mean_std([r["val_loss"] for r in arm[True]]), " / ".join(fails), diff(c)] if both
+                  else fails[:1])
+        cells += [diff(deg), "(reference)" if deg is None else "yes" if got["baseline"][0]["degrades"] else "no"]
+        lines.append("| " + " | ".join(cells) + " |")
     return {"title": "Final validation loss (nats/token) per placement and depth, mean ± std over seeds; the "
                      "differences by the t-test paired by seed", "lines": lines}
+
+
+def stuck_notes(recs, warmup):
+    """What a depth claim adds where baseline runs failed (diverged, or ended near the unigram loss): they
+    never trained, which is not the paper's breakdown at the end of training."""
+    notes = {}
+    for norm in sorted({r["norm"] for r in recs}):
+        base = [r for r in recs if r["norm"] == norm and not r["prores"]]
+        depths = sorted({r["depth"] for r in base})
+        failed = [(d, sum(r["failed"] for r in base if r["depth"] == d), sum(r["depth"] == d for r in base))
+                  for d in depths]
+        if any(k for _, k, _ in failed):
+            n = NAMES[norm]
+            note = ("the baseline failed to train (diverged or ended near the unigram loss) at " + ", ".join(
+                f"L = {d} ({k}/{m})" for d, k, m in failed if k) + f", after a {warmup:,}-step lr warm-up")
+            notes.update({c: note for c in (f"Without ProRes, {n} degrades with depth",
+                                            f"ProRes prevents the deep breakdown of {n}")})
+    return notes
 
 
 def runs_table(recs):
@@ -225,17 +248,18 @@ def render(records, out):
     out, a = Path(out), argparse.Namespace(**records["settings"])
     a.out, point = out, records["measurement_point"]
     lr, depths = point["lr"], point["depths"]
-    warmup = max(1, round(a.warmup_frac * a.iters))
+    warmup = warmup_iters(a, a.iters)
     seed0 = min((r["seed"] for r in records["runs"]), default=0)
     recs = [settle(r, warmup, a.stuck_margin, r["seed"] == seed0) for r in records["runs"]]
-    srecs = [settle(r, max(1, round(a.warmup_frac * a.scan_iters)), a.stuck_margin, False) for r in records["scan"]]
+    srecs = [settle(r, warmup_iters(a, a.scan_iters), a.stuck_margin, False) for r in records["scan"]]
     entries = read_all(prores_claims.CLAIMS, prores_claims.records({"runs": recs}),
-                       notes={prores_claims.CLAIMS[-1].claim: f"`{a.stage}` has no downstream tasks"})
+                       notes={prores_claims.CLAIMS[-1].claim: f"`{a.stage}` has no downstream tasks",
+                              **stuck_notes(recs, warmup)})
     prov = kept_provenance(out)
     front, reg = front_table(recs), regime(a, lr, depths)
     train_s = sum(r["seconds"] or 0 for r in {r["name"]: r for r in recs + srecs}.values())
     sd = records["spike_definition"]
-    lines = [f"# ProRes: {'depth scan, then ' if a.scan else ''}baselines and ProRes at depth"
+    lines = [f"# ProRes: {'depth scan, then ' if a.scan else ''}baselines{' and ProRes' * (True in arm_flags(a))} at depth"
              f"{' (--quick)' if a.quick else ''} (preset `{a.preset}`)", "", provenance_line(prov), "",
              f"Chen et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}.", "", reg, "",
              f"Training: {train_s / 60:.1f} min summed over runs. `--init {a.init}` (the DeepNorm baseline: DeepNet's "
@@ -281,13 +305,13 @@ def panels(plt, n_rows, n_cols, name, out, draw, ylabels, logy=()):
 def plot(a, srecs, recs, depths):
     """The PNGs, drawn into a.out from the records; returns their names."""
     plt, drawn = pyplot(), []
-    conds = [(n, ARMS[x]) for n in a.norms for x in getattr(a, "arms", ARMS)]
+    conds = [(n, pr) for n in a.norms for pr in arm_flags(a)]
     style = lambda n, pr: dict(color=COLORS.get(n), ls="--" if pr else "-", label=label(n, pr))  # noqa: E731
     pick = lambda n, pr, d: [r for r in recs if (r["norm"], r["prores"], r["depth"]) == (n, pr, d)]  # noqa: E731
     if recs:
         def final(ax, i, j):
             n = a.norms[j]
-            for pr in (ARMS[x] for x in getattr(a, "arms", ARMS)):
+            for pr in arm_flags(a):
                 rs = [r for r in recs if (r["norm"], r["prores"]) == (n, pr) and r["val_loss"] is not None]
                 ds = sorted({r["depth"] for r in rs})
                 ax.plot(ds, [np.mean([r["val_loss"] for r in rs if r["depth"] == d]) for d in ds], marker="o",

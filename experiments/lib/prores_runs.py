@@ -10,6 +10,16 @@ from experiments.lib.common import Run
 ARMS = {"base": False, "prores": True}  # a preset's `arms`: which of a seed's two runs it trains
 
 
+def arm_flags(a):
+    """The `--prores` flag of each arm a preset trains (reports made before `arms` existed trained both)."""
+    return [ARMS[x] for x in getattr(a, "arms", ARMS)]
+
+
+def warmup_iters(a, iters):
+    """The lr warm-up of a run of ITERS steps: warmup_frac of it, at least one step."""
+    return max(1, round(a.warmup_frac * iters))
+
+
 def prores_T(a, depth, iters):
     """Steps per layer of ProRes' linear ramp alpha(l, t) = min(t / (T l), 1): the deepest layer is fully on
     at step T L = ramp_frac x iters (the authors' --prores_warmup_steps is that T L); prores_T fixes it."""
@@ -34,7 +44,7 @@ def train_argv(a, norm, pr, depth, lr, seed, iters):
     """train.py flags of one run (run_sweep adds --out, --resume, --threads)."""
     argv = ["--stages", a.stage, "--n-layer", depth, "--n-head", a.n_head, "--n-embd", a.n_embd,
             "--block-size", a.block_size, "--batch-size", a.batch_size, "--iters", iters, "--lr", lr,
-            "--min-lr", a.min_lr, "--warmup-iters", max(1, round(a.warmup_frac * iters)),
+            "--min-lr", a.min_lr, "--warmup-iters", warmup_iters(a, iters),
             "--schedule", a.schedule, "--decay-frac", a.decay_frac, "--init", init_of(a, norm, pr), "--norm", norm,
             "--seed", seed, "--log-interval", 1, "--eval-interval", max(1, iters // a.evals),
             "--eval-iters", a.eval_iters, "--no-progress"]
@@ -60,4 +70,4 @@ def measure_runs(a, lr, depths):
     """The measurement: seed-major (a partial sweep covers every cell early), deepest first within a seed."""
     return [make_run(a, "measure", norm, pr, d, lr, seed, a.iters)
             for seed in range(a.seeds) for d in sorted(depths, reverse=True) for norm in a.norms
-            for pr in (ARMS[x] for x in a.arms)]
+            for pr in arm_flags(a)]
