@@ -85,7 +85,8 @@ def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, "out/data_constrained")
     p.add_argument("--preset", choices=tuple(PRESETS), default="authors", help="PRESETS: authors (default), earlier")
-    p.add_argument("--plan", action="store_true", help="print the phases, their runs and the estimated time")
+    p.add_argument("--plan", action="store_true", help="print the phases, their runs and the estimated time (reads the corpus, "
+                   "preparing it on first use, to check the budgets)")
     p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds finished instead of training them")
     for k, (typ, text) in FLAGS.items():
         p.add_argument("--" + k.replace("_", "-"), type=typ, default=None, help=text)
@@ -246,8 +247,9 @@ def check_budgets(a):
     for U in a.budgets + (a.scan_budgets if a.scan else []):
         keep_unique_tokens(copy.copy(corpus), U)
     unit = a.block_size + 1 if a.subset == "chunks" else 1
-    if a.scan and a.max_budget > (whole := len(corpus.train) // unit * unit):
-        print(f"  max_budget {a.max_budget:,} > the {whole:,} training tokens of {a.stage!r}: the grid stops there")
+    if a.scan and (a.max_budget or math.inf) > (whole := len(corpus.train) // unit * unit):
+        if a.max_budget:
+            print(f"  max_budget {a.max_budget:,} > the {whole:,} training tokens of {a.stage!r}: the grid stops there")
         a.max_budget = whole
 
 

@@ -267,6 +267,11 @@ def test_reuse_of_the_committed_report_plans_only_the_new_runs():
     assert "phase 0, scan: 33 runs, 33 of them reused" in text and "phase 1, decay sweep: 36 runs, 36 of them" in text
     assert f"phase 2, grid: {len(grid)} runs" + (f", {len(kept)} of them reused" if kept else "") + (
         f", {len(grid) - len(kept)} to train") in text
+    a.max_budget = 474_978  # as check_budgets lowers it to music's whole training set: the same choice and grid
+    low = dc.choose(a, dc.scan_runs(a))
+    assert (low["choice"], low["sizes"], low["budgets"]) == (scan["choice"], scan["sizes"], committed["scan"]["budgets"])
+    assert {(c["epochs"], c["U0"]): c["n_budgets"] for c in low["candidates"]}[(32.0, 64000)] == 3
+    assert "3 budget(s)" in next(c["why"] for c in low["candidates"] if (c["epochs"], c["U0"]) == (32.0, 64000))
 
 
 def test_the_power_rule_behind_the_seeds_at_small_u():
@@ -546,8 +551,12 @@ def test_budgets_beyond_the_corpus(tmp_path, monkeypatch, capsys):
         max_budget=10 ** 9, block_size=16, batch_size=4),) * 2)
     a = dc.parse_args(["--preset", "tiny-scan", "--out", str(tmp_path / "o")])
     dc.check_budgets(a)
-    assert 512 < a.max_budget < 10 ** 9 and a.max_budget % 17 == 0 and "the grid stops there" in capsys.readouterr().out
-    assert dc.sc.grid_budgets(256, a.max_budget)[-1] <= a.max_budget
+    corpus = dc.load_corpus("music-synthetic", dc.train_parse_args(["--stages", "music-synthetic", "--block-size", "16"]))
+    assert a.max_budget == len(corpus.train) // 17 * 17 and "the grid stops there" in capsys.readouterr().out
+    assert dc.sc.grid_budgets(a.max_budget // 3, a.max_budget) == [a.max_budget // 3, a.max_budget // 3 * 2]
+    a.max_budget = None  # no bound given: the corpus is the bound, without a note
+    dc.check_budgets(a)
+    assert a.max_budget == len(corpus.train) // 17 * 17 and "stops there" not in capsys.readouterr().out
     a.budgets = [a.max_budget + 17]
     with pytest.raises(UserError, match="training tokens"):
         dc.check_budgets(a)

@@ -45,7 +45,9 @@ def candidate(ar, mdlm, sizes, rules, n_budgets=None, fits=None):
     if not overfits(by, kept, rules):
         why.append(f"the largest kept sizes overfit by {', '.join('?' if v is None else f'{v:.2f}' for v in over.values())}"
                    f" (< {rules['overfit_gap']:g})")
-    if fits is not None and not why and fitting is None:
+    if n_budgets is not None and n_budgets < rules.get("min_budgets", 2):
+        why.append(f"{n_budgets} budget(s) U0, 2 U0, ... within max_budget (< {rules.get('min_budgets', 2)})")
+    elif fits is not None and not why and fitting is None:
         why.append(f"no grid of >= {rules['min_sizes']} sizes and >= {rules.get('min_budgets', 2)} budgets fits the "
                    "time limit")
     if mdlm is not None and (mm is None or mm < rules["mdlm_margin"]):
@@ -82,8 +84,8 @@ def closest(scan):
 
 
 def grid_budgets(u0, max_budget):
-    """U0, 2 U0, 4 U0, ... <= max_budget (at least U0 and 2 U0)."""
+    """U0, 2 U0, 4 U0, ... <= max_budget (U0 alone where 2 U0 is beyond it: a candidate then has too few)."""
     out = [int(u0)]
-    while out[-1] * 2 <= max_budget or len(out) < 2:
+    while out[-1] * 2 <= max_budget:
         out.append(out[-1] * 2)
     return out
