@@ -87,8 +87,8 @@ def parse_args(argv=None):
     a.cells = pa.parse_cells(TABLE if a.cells == "table" else a.cells)
     pick = lambda f: list(dict.fromkeys(x for c in a.cells for x in f(*c)))  # noqa: E731 (in the cells' order)
     a.tasks, a.transfers = pick(lambda t, r, m: [t]), pick(lambda t, r, m: [m])
-    a.merges = pick(lambda t, r, m: [pa.merge_kinds(r)] if pa.merge_kinds(r) else [])
-    a.kinds = pick(lambda t, r, m: [] if r == "none" or r.startswith("attn-") or r.endswith(pa.SHUFFLED) else [r])
+    a.merges = pick(lambda t, r, m: [mg] if (mg := pa.merge_kinds(r)) else [])
+    a.kinds = pick(lambda t, r, m: [] if r == "none" or pa.merge_kinds(r) or r.endswith(pa.SHUFFLED) else [r])
     a.kinds += [k for mg in a.merges for k in mg if k not in a.kinds]   # a merge's models are pre-trained too
     a.controls = pick(lambda t, r, m: [pa.base_kind(r)] if r.endswith(pa.SHUFFLED) else [])
     a.out = Path(a.out or ("out/procedural-quick" if a.quick else "out/procedural"))
@@ -111,7 +111,7 @@ def check(a):
         if t not in pa.TASKS:
             raise UserError(f"unknown task {t!r}; valid tasks: {', '.join(pa.TASKS)}")
     for t, r, m in a.cells:
-        if m not in (("none",) if r == "none" else ("full",) if r.startswith("attn-") else ("full", "attn", "mlp")):
+        if m not in (("none",) if r == "none" else ("full",) if pa.merge_kinds(r) else ("full", "attn", "mlp")):
             raise UserError(f"--cells {t}:{r}:{m}: a baseline takes no transfer, a merge is trained with full "
                             "transfer, a kind's row with full, attn or mlp")
     if a.pretrain_lr is not None and a.pretrain_lr <= 0:

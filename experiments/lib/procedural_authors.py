@@ -162,7 +162,8 @@ def merge_label(m):
 
 
 def merge_kinds(row):
-    """merge_label's inverse: 'attn-dyck+mlp-set' -> ('dyck', 'set'); None for a row that is not a merge."""
+    """merge_label's inverse: 'attn-dyck+mlp-set' -> ('dyck', 'set'); None for a row not starting 'attn-' (a
+    malformed merge, 'attn-dyck', gives ('dyck',), which experiments/procedural.py's check refuses)."""
     return tuple(row[len("attn-"):].split("+mlp-")) if row.startswith("attn-") else None
 
 
