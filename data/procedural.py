@@ -36,6 +36,7 @@ slowest), about 1-2 s more for the shuffled control; the generators loop over po
 Dyck, CA rows), never over sequences.
 """
 
+import functools
 import sys
 
 import numpy as np
@@ -236,8 +237,11 @@ def _dyck_shuffle(rng, n, k, length, p_open, max_depth):
 
 
 def _eca110(rng, n, width, rows):
-    """Rule 110 rows on a ring: new[i] = bit (4*old[i-1] + 2*old[i] + old[i+1]) of 110."""
-    state = rng.integers(0, 2, (n, width))
+    return _eca110_rollout(rng.integers(0, 2, (n, width)), rows)
+
+
+def _eca110_rollout(state, rows):
+    """Rule 110 rows on a ring from the first rows STATE: new[i] = bit (4*old[i-1] + 2*old[i] + old[i+1]) of 110."""
     out = [state]
     for _ in range(rows - 1):
         state = (110 >> (4 * np.roll(state, 1, axis=1) + 2 * state + np.roll(state, -1, axis=1))) & 1
@@ -326,18 +330,55 @@ def _shuffled_dyck_entropy(k, length):
     return lgamma(length + 1) - lgamma(n + 1) + n * np.log(k) - k * e_log_fact - np.log(2 * k)
 
 
+@functools.lru_cache(maxsize=None)
+def _shuffled_eca110_entropy(width, rows):
+    """Exact sum over the loss positions t (the cells of rows 1..; row 0 and the SEPs are not counted) of
+    H(x_t | x_<t) of shuffle_rows(eca110 rows). A row of S = rows (w + 1) - 1 tokens holds rows - 1 SEPs and
+    rows w cells, n1 of them 1: P(n1) by running Rule 110 from every one of the 2^w first rows. Given n1 the
+    shuffled row is uniform over its arrangements, so the prefix enters only by its counts (z zeros, a ones,
+    b SEPs after t tokens): P(z, a, b | n1) = C(c0, z) C(n1, a) C(rows - 1, b) / C(S, t), the posterior of n1
+    is proportional to P(n1) C(c0, z) C(n1, a), and x_t is 1 w.p. E[n1 - a] / (S - t), SEP w.p.
+    (rows - 1 - b) / (S - t)."""
+    from scipy.special import gammaln
+    first = (np.arange(2 ** width)[:, None] >> np.arange(width)) & 1
+    n1 = np.bincount(sum(r.sum(1) for r in _eca110_rollout(first, rows)), minlength=rows * width + 1)
+    p_n1, S, n_sep, cells = n1 / n1.sum(), rows * (width + 1) - 1, rows - 1, rows * width
+    lc = lambda n, k: np.where((k >= 0) & (k <= n), gammaln(n + 1) - gammaln(np.clip(k, 0, None) + 1)  # noqa: E731
+                               - gammaln(np.clip(n - k, 0, None) + 1), -np.inf)
+    c1, log_p = np.arange(cells + 1)[None, :], np.where(p_n1 > 0, np.log(np.where(p_n1 > 0, p_n1, 1)), -np.inf)
+    total = 0.0
+    for t in range(width + 1, S):
+        if t % (width + 1) == width:
+            continue                                            # a SEP position: not a loss target
+        for b in range(min(t, n_sep) + 1):
+            a = np.arange(t - b + 1)[:, None]                    # ones seen; zeros seen z = t - a - b
+            log_w = log_p[None, :] + lc(cells - c1, t - a - b) + lc(c1, a)
+            a, log_w = a[ok := np.isfinite(log_w).any(1)], log_w[ok]  # the prefixes some n1 can give
+            reach = np.exp(log_w + lc(n_sep, b) - lc(S, t)).sum(1)           # P(z, a, b) at t
+            post = np.exp(log_w - log_w.max(1, keepdims=True))
+            post /= post.sum(1, keepdims=True)
+            p = np.stack([np.zeros(len(a)), (post * (c1 - a)).sum(1), np.full(len(a), n_sep - b)], 1) / (S - t)
+            p[:, 0] = 1 - p[:, 1] - p[:, 2]
+            h = -(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0)).sum(1)
+            total += float((reach * h).sum())
+    return total
+
+
 def entropy(kind, shuffled=False, **options):
     """The exact mean entropy, in nats per token, of the tokens a kind's loss counts, given the tokens
     before each: the lowest mean val loss any model can reach (S = row length):
         (1 / (S - 1)) * sum_{t=1}^{S-1} H(x_t | x_<t)      Dyck and its shuffled control (every token after the first)
         0                                                 the sequence kinds and eca110: the answer is a
                                                           function of the prompt (row 0)
-    None where it is not derived here (dyck_shuffle, the shuffled sequence kinds and eca110)."""
+        (1 / ((rows - 1) w)) * the sum over the cells of rows 1..   eca110's shuffled control
+    None where it is not derived here (dyck_shuffle, the shuffled sequence kinds)."""
     o = _options(_check_kind(kind), options)
     if kind == "dyck":
         total = _shuffled_dyck_entropy(o["k"], o["length"]) if shuffled else \
             _dyck_entropy(o["k"], o["length"], o["p_open"])
         return float(total / (o["length"] - 1))
+    if kind == "eca110" and shuffled:
+        return _shuffled_eca110_entropy(o["width"], o["rows"]) / ((o["rows"] - 1) * o["width"])
     if kind != "dyck_shuffle" and not shuffled:
         return 0.0
     return None

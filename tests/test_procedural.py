@@ -202,6 +202,37 @@ def test_entropy_is_the_brute_force_count(k, length, p_open):
     assert set(found) <= set(dist) and max(abs(found[r] / 1e5 - p) for r, p in dist.items()) < 0.004
 
 
+RULE_110 = {(1, 1, 1): 0, (1, 1, 0): 1, (1, 0, 1): 1, (1, 0, 0): 0, (0, 1, 1): 1, (0, 1, 0): 1, (0, 0, 1): 1, (0, 0, 0): 0}
+
+
+@pytest.mark.parametrize("width,n_rows", [(3, 2), (2, 3)])
+def test_shuffled_eca110_entropy_is_the_brute_force_count(width, n_rows):
+    """eca110's shuffled control: P.entropy (dynamic programming over the counts seen) equals the conditional
+    entropies at the loss positions counted over every first row (Rule 110 by its table) and every
+    permutation of its tokens; the generator's shuffled rows are among them."""
+    dist = Counter()
+    for first in itertools.product((0, 1), repeat=width):
+        state, row = list(first), list(first)
+        for _ in range(n_rows - 1):
+            state = [RULE_110[state[i - 1], state[i], state[(i + 1) % width]] for i in range(width)]
+            row += [2] + state
+        perms = list(itertools.permutations(row))
+        for q in perms:
+            dist[q] += 1 / 2 ** width / len(perms)
+    tokens, mask = P.generate("eca110", 2000, seed=3, shuffled=True, width=width, rows=n_rows)
+
+    def h(t):
+        m = Counter()
+        for row, p in dist.items():
+            m[row[:t]] += p
+        return -sum(p * np.log(p) for p in m.values() if p > 0)
+    loss_at = np.flatnonzero(mask[0])
+    assert len(loss_at) == (n_rows - 1) * width and (mask == mask[0]).all()
+    assert P.entropy("eca110", shuffled=True, width=width, rows=n_rows) == pytest.approx(
+        sum(h(t + 1) - h(t) for t in loss_at) / len(loss_at), abs=1e-9)
+    assert {tuple(int(x) for x in r) for r in tokens} <= set(dist)
+
+
 def test_entropy_floors():
     """The defaults' floors (k = 16, 128 tokens): Dyck below its shuffled control, both below the unigram
     log(2k); the answer of a sequence kind is a function of its prompt: 0; not derived: None."""
@@ -209,6 +240,7 @@ def test_entropy_floors():
     assert 1.9 < dyck < control < np.log(32)
     assert P.entropy("sort") == P.entropy("eca110") == 0.0
     assert P.entropy("dyck_shuffle") is None and P.entropy("set", shuffled=True) is None
+    assert 0.5 < P.entropy("eca110", shuffled=True) < np.log(3)   # 3 token ids, rows of 0/1 cells and SEPs
 
 
 def test_dyck_shuffle_balanced_per_type_not_always_nested():
