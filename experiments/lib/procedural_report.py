@@ -160,7 +160,7 @@ def pretrain_lines(runs):
         ent = rs[0].get("entropy")
         gap = fmt_mean_std([r["val_loss"] - ent for r in rs], "{:+.3f}") if ent is not None else "-"
         lines.append(f"| {cond} | {steps:,} | {tokens:,} | {fmt_mean_std([r['val_loss'] for r in rs])} | "
-                     f"{'-' if ent is None else f'{ent:.3f}'} | {gap} | "
+                     f"{f'{ent:.3f}' if ent is not None else 'not derived' if 'entropy' in rs[0] else '-'} | {gap} | "
                      f"{fmt_mean_std([r.get('unigram_loss') for r in rs], '{:.2f}')} | "
                      f"{'; '.join(dict.fromkeys(r.get('stop_reason', 'its steps') for r in rs))} |")
     return lines + [""]
