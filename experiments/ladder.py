@@ -37,7 +37,7 @@ from flags import ArgumentParser, parse_args as train_flags  # noqa: E402 (one-l
 
 from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
-from experiments.lib import common  # noqa: E402
+from experiments.lib import common, ladder_music  # noqa: E402
 from experiments.lib.provenance import Provenance, kept_provenance  # noqa: E402
 from experiments.lib.common import Run, run_sweep  # noqa: E402
 
@@ -71,7 +71,7 @@ HEADLINE = ("random", "music", "ladder")     # --headline-seeds seeds at --width
 SETTINGS = dict(batch_size=8, block_size=128, n_layer=4, n_head=4, lr=3e-3, warmup_iters=20, prose_tokens=65536,
                 prose_epochs=5, music_steps=400, poetry_steps=200, music_chunks=1340, eval_iters=24,
                 pre_eval_iters=10, long_width=64, long_epochs=30, patience=3, prose="wiki-leads", music_dir=None,
-                capacity_widths="", headline_seeds=0, min_delta=0.0)
+                capacity_widths="", headline_seeds=0, min_delta=0.0, long_schedule="cosine")
 PRESETS = {"contributions": dict(conditions=",".join(c for c in CONDITIONS if c not in ("poetry", "volume-small-"
                                   "synthetic")), widths="16", capacity_widths="32,64", seeds=3, headline_seeds=5,
                                   batch_size=16, prose_tokens=655360, prose_epochs=2, music_steps=600,
@@ -81,7 +81,8 @@ PRESETS = {"contributions": dict(conditions=",".join(c for c in CONDITIONS if c 
            # the paper's proportions: pre-training ~5% of the prose tokens seen
            "proportions": dict(conditions="random,music,ladder,compute-matched,long-random,long-ladder", widths="16",
                                seeds=5, batch_size=16, prose_tokens=0, prose_epochs=5, music_steps=60, poetry_steps=60,
-                               music_chunks=160, long_width=16, long_epochs=40, patience=2, min_delta=0.005)}
+                               music_chunks=160, long_width=16, long_epochs=40, patience=2, min_delta=0.005,
+                               long_schedule="constant")}
 PRESETS["full"] = dict(PRESETS["contributions"], conditions="all", widths="16,32,64", seeds=5)
 PRESETS["paper"] = dict(PRESETS["full"], prose="wikitext103", prose_tokens=0, batch_size=32, music_dir="maestro",
                         music_chunks=12000, music_steps=2250, poetry_steps=5000, prose_epochs=5, eval_iters=200,
@@ -106,6 +107,8 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
     ("music-chunks", POS, "N: volume-small N chunks, every other music stage 3N"), ("long-width", POS, ""),
     ("long-epochs", POS, "most prose epochs of the long pair"), ("patience", POS, "the long pair's --patience"),
     ("min-delta", float, "the long pair's --min-delta: an epoch improves only by more than this (nats)"),
+    ("long-schedule", str, "the long pair's lr schedule: cosine (decays over --long-epochs, so the loss falls to the "
+     "cap) or constant (after the warmup: a plateau at one lr, which --patience can see)"),
     ("eval-iters", POS, "batches per prose evaluation"), ("pre-eval-iters", POS, "batches of a pre-training eval"),
     ("batch-size", POS, ""), ("block-size", POS, ""), ("n-layer", POS, ""), ("n-head", POS, ""), ("lr", float, ""),
     ("warmup-iters", int, ""), ("prose", str, "train.py --prose: wiki-leads, wikitext2, wikitext103"),
@@ -142,6 +145,8 @@ def parse_args(argv=None):
         a.capacity_widths = [int(w) for w in str(a.capacity_widths).split(",") if w.strip()]
     except ValueError:
         p.error(f"--widths {a.widths!r} / --capacity-widths {a.capacity_widths!r}: give whole numbers, e.g. 16,32,64")
+    if a.long_schedule not in ("cosine", "constant"):
+        p.error(f"--long-schedule {a.long_schedule!r}: choose cosine or constant")
     if a.headline_seeds < 0 or a.prose_tokens < 0 or min(a.widths + a.capacity_widths) <= 0 or any(
             w % a.n_head for w in a.widths + a.capacity_widths + [a.long_width]):
         p.error(f"--headline-seeds and --prose-tokens must be >= 0, widths positive multiples of --n-head {a.n_head}")
@@ -206,6 +211,7 @@ def prose_run(a, condition, width, seed):
     return make_run(a, f"prose-{key}-d{width}-s{seed}", a.prose_stage, steps, spe, -(-steps // spe), a.eval_iters,
                     width, seed, pre and pre_run(a, pre, width, seed), "text",
                     more + (["--patience", a.patience] + (["--min-delta", a.min_delta] if a.min_delta else [])
+                            + (["--schedule", "constant"] if a.long_schedule == "constant" else [])
                             if budget == "long" else []))
 
 
@@ -244,11 +250,27 @@ def plan(a):
             r.meta["wave"] = 1 + (runs[r.meta["deps"][0]].meta["wave"] if r.meta["deps"] else 0)
             runs.setdefault(r.name, r)
     for r in runs.values():
-        t, w, tok = CPU_S_PER_KTOK[r.meta["kind"]], r.meta["width"], a.batch_size * a.block_size
-        per = t[max(t)] * w / max(t) if w > max(t) else float(np.interp(w, sorted(t), [t[x] for x in sorted(t)]))
-        r.meta["cpu_s"] = RUN_OVERHEAD_S + per * tok * (r.meta["steps"] + EVAL_FRACTION * r.meta["evals"]
-                                                         * r.meta["eval_iters"]) / 1000
+        r.meta["cpu_s"] = cpu_seconds(a, r.meta["kind"], r.meta["width"], r.meta["steps"],
+                                      r.meta["evals"] * r.meta["eval_iters"])
     return runs
+
+
+def cpu_seconds(a, kind, width, steps, eval_batches):
+    """The plan's cost model: a run's 1-thread CPU seconds (CPU_S_PER_KTOK, linear in the width beyond it)."""
+    t, tok = CPU_S_PER_KTOK[kind], a.batch_size * a.block_size
+    per = t[max(t)] * width / max(t) if width > max(t) else float(np.interp(width, sorted(t), [t[x] for x in sorted(t)]))
+    return RUN_OVERHEAD_S + per * tok * (steps + EVAL_FRACTION * eval_batches) / 1000
+
+
+def long_pair_cost(a, width=64, seeds=3):
+    """The long pair's CPU-hours at the cap at WIDTH x SEEDS, pre-training included (None where it runs there)."""
+    if a.long_width == width or not any(c.startswith("long-") for c in a.conditions):
+        return None
+    spe, _ = steps_per_epoch(a)
+    prose = cpu_seconds(a, "text", width, a.long_epochs * spe, a.long_epochs * a.eval_iters)
+    pre = cpu_seconds(a, "music", width, a.music_steps, a.pre_eval_iters) + cpu_seconds(
+        a, "text", width, a.poetry_steps, a.pre_eval_iters)
+    return {"width": width, "seeds": seeds, "cpu_hours": round(seeds * (2 * prose + pre) / 3600, 1)}
 
 
 def print_plan(a, runs):
@@ -261,7 +283,8 @@ def print_plan(a, runs):
               f"{'first ' + format(unique, ',') + ' tokens' if unique else 'the whole corpus'} of {a.prose_stage} "
               f"({a.prose}), {a.prose_epochs} epochs of {spe} steps x {a.batch_size} x {a.block_size}; music "
               f"{a.music_steps} steps on {a.music_chunks} / {3 * a.music_chunks} chunks; poetry {a.poetry_steps} steps"
-              f"; compute-matched {ladder_steps(a)} steps; long pair d{a.long_width}, <= {a.long_epochs} epochs")
+              f"; compute-matched {ladder_steps(a)} steps; long pair d{a.long_width}, <= {a.long_epochs} epochs "
+              f"({a.long_schedule} lr)")
     for wave in sorted({r.meta["wave"] for r in runs.values()}):
         rs = sorted((r for r in runs.values() if r.meta["wave"] == wave), key=lambda r: -r.meta["cpu_s"])
         print(f"\nwave {wave}: {len(rs)} runs, ~{sum(r.meta['cpu_s'] for r in rs) / 60:.1f} CPU-min")
@@ -274,16 +297,6 @@ def print_plan(a, runs):
           f"~{todo / jobs / 60:.0f} min (1-thread CPU costs of a CPU with bf16; a GPU run is not estimated)")
     print(common.pace_line(runs.values(), lambda r: r.meta["cpu_s"], todo, jobs) or "(no finished run yet)")
     return todo / jobs
-
-
-def check_music_chunks(a, runs):
-    """Before anything trains: every music stage of the plan holds 3N chunks (else one clear error)."""
-    from experiments.lib.ladder_music import music_corpus
-    for stage in {r.meta["stage"] for r in runs.values() if r.meta["kind"] == "music"}:
-        n = len(music_corpus(a, stage).train) // (a.block_size + 1)
-        if n < 3 * a.music_chunks:
-            raise UserError(f"stage {stage!r} has {n:,} training chunks of {a.block_size + 1} tokens; --music-chunks "
-                            f"{a.music_chunks} needs 3N = {3 * a.music_chunks:,}: lower it (at most {n // 3:,})")
 
 
 def run_waves(a, runs):
@@ -325,7 +338,6 @@ def read_record(c, w, s, runs):
 
 def collect(a, runs):
     """(data, details): the records, the missing results, the sweep's facts and the prose unigram perplexity."""
-    from experiments.lib import ladder_music
     records, details, missing = [], {}, []
     for c, w, s in cells(a):
         rec, det = read_record(c, w, s, chain(a, c, w, s))
@@ -339,7 +351,7 @@ def collect(a, runs):
              "spe": spe, "ladder_steps": ladder_steps(a),
              "prose_desc": (f"the first {unique:,} training tokens of {a.prose_stage}"
                             + (f" ({a.prose})" if a.prose_stage == "prose" else "")) if unique else
-             f"the whole {a.prose_stage} training split ({a.prose})"}
+             f"the whole {a.prose_stage} training split ({a.prose})", "long_pair_elsewhere": long_pair_cost(a)}
     if a.preset == "contributions":  # music.png: a real piece beside one sampled from the d16 music run
         facts["music_train_chunks"] = len(ladder_music.music_corpus(a).train) // (a.block_size + 1)
         ladder_music.real_and_sampled(a, checkpoint_of(a, pre_run(a, "musicL", min(a.widths), 0)), a.out / "music.png")
@@ -376,7 +388,7 @@ def main(argv=None):
         else:
             prov = Provenance(a.out, argv)
             print_plan(a, runs)
-            check_music_chunks(a, runs)
+            ladder_music.check_music_chunks(a, runs)
             provenance = prov.finish(runs_trained=run_waves(a, runs))
         text = (ladder_report.render_headline(a, *headline_records(a, runs), a.out, provenance)
                 if a.preset == "headline" else ladder_report.render(a, *collect(a, runs), a.out, provenance))

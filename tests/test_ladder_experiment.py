@@ -316,3 +316,15 @@ def test_the_proportions_preset_pretrains_a_small_share_and_stops_the_long_pair_
     assert len(long) == 10 and all(r.argv[r.argv.index("--min-delta") + 1] == "0.005" and
                                    r.argv[r.argv.index("--patience") + 1] == "2" for r in long)
     assert "--min-delta" not in runs["prose-random-d16-s0"].argv
+    # a plateau the rule can see: the long pair at a constant lr (a cosine over the cap falls until the cap)
+    assert all(r.argv[r.argv.index("--schedule") + 1] == "constant" for r in long)
+    assert "--schedule" not in runs["prose-random-d16-s0"].argv and "--schedule" not in ladder.plan(
+        ladder.parse_args(["--plan", "--out", str(tmp_path / "c")]))["prose-long-random-d64-s0"].argv
+    cost = ladder.long_pair_cost(a)   # the d64 pair it does not run, by the same cost model as the plan
+    d64 = ladder.parse_args(["--preset", "proportions", "--plan", "--long-width", "64", "--seeds", "3", "--out",
+                             str(tmp_path / "d")])
+    want = sum(r.meta["cpu_s"] for r in ladder.plan(d64).values() if "long" in r.name or r.name.startswith(
+        ("pre-musicL", "pre-ladder")) and "d64" in r.name) / 3600
+    assert ladder.long_pair_cost(d64) is None and cost["width"] == 64 and cost["cpu_hours"] == pytest.approx(want, abs=0.1)
+    with pytest.raises(SystemExit):
+        ladder.parse_args(["--long-schedule", "linear", "--out", str(tmp_path / "e")])

@@ -1,5 +1,5 @@
 """The ladder's music stage (arXiv 2604.21265: MIDI performances, a 160-token event vocabulary): its corpus,
-and a real piece beside one sampled from a music checkpoint, as piano rolls and as two playable .mid files."""
+the check that it holds the chunks a plan asks for, and a real piece beside one sampled from a music checkpoint, as piano rolls and as two playable .mid files."""
 
 from data.common import UserError
 
@@ -14,6 +14,15 @@ def music_corpus(a, stage=None):
                          block_size=a.block_size, seed=a.data_seed)
     except (FileNotFoundError, ValueError) as e:
         raise UserError(f"stage {stage!r}: {e}") from None
+
+
+def check_music_chunks(a, runs):
+    """Before anything trains: every music stage of the plan holds 3N chunks (else one clear error)."""
+    for stage in {r.meta["stage"] for r in runs.values() if r.meta["kind"] == "music"}:
+        n = len(music_corpus(a, stage).train) // (a.block_size + 1)
+        if n < 3 * a.music_chunks:
+            raise UserError(f"stage {stage!r} has {n:,} training chunks of {a.block_size + 1} tokens; --music-chunks "
+                            f"{a.music_chunks} needs 3N = {3 * a.music_chunks:,}: lower it (at most {n // 3:,})")
 
 
 def real_and_sampled(a, checkpoint, path, tokens=512):

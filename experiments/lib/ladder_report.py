@@ -17,6 +17,7 @@ from experiments.lib.ladder_claims import CLAIMS, SIX
 SOURCE = {"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"}
 FIGURES, MUSIC = ["width.png", "curves.png", "ablation.png"], ("music.png", "music-real.mid", "music-sampled.mid")
 OVERFIT_TOLERANCE = 0.05
+TITLES = {"proportions": ", at the paper's proportions (pre-training ~5% of the prose tokens seen)"}
 PAPER_SHARE = "a few percent: music ~2 passes over 36k MAESTRO chunks and a poetry stage before 5 epochs of WikiText-103"
 INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan")  # how a report was made, not what it measured
 
@@ -33,7 +34,7 @@ def widths_of(records, c):
     return sorted({r["width"] for r in records if r["condition"] == c})
 
 
-def checks(records, unigram):
+def checks(records, unigram, facts=None):
     """report.json's `checks` ({check, holds, detail}) and {a claim's extra "check": the note after its numbers}."""
     means = {w: mean_std(values(records, "random", w, "ppl_first_epoch"))[0] for w in widths_of(records, "random")}
     above = [f"d{w} {m:.1f}" for w, m in means.items() if unigram is not None and m > unigram]
@@ -44,6 +45,9 @@ def checks(records, unigram):
     ch = [r["last_epoch_change"] for r in capped if math.isfinite(r.get("last_epoch_change", math.nan))]
     falling = (f" (their last epoch changed the perplexity by {100 * sum(ch) / len(ch):+.1f}% on average, "
                f"{100 * min(ch):+.1f}% to {100 * max(ch):+.1f}%)") if ch else ""
+    other = (facts or {}).get("long_pair_elsewhere")
+    elsewhere = other and (f"; the long pair at d{other['width']}, {other['seeds']} seeds, is not run here: "
+                           f"~{other['cpu_hours']:g} CPU-hours at the epoch cap by the plan's cost model")
     out = [("random init after the first epoch is below the prose unigram perplexity", not above,
             ", ".join(f"d{w} {m:.1f}" for w, m in means.items()) + f" vs unigram {unigram:.1f}"
             if means and unigram is not None else None),
@@ -53,7 +57,7 @@ def checks(records, unigram):
            ("the long pair stopped at a plateau (its stopping rule), not at the epoch cap", not capped,
             runs and f"{len(runs) - len(capped)} of {len(runs)} runs stopped early" + (
                 "; the others ran to the cap, so their best perplexity is the best within the cap" + falling
-                if capped else ""))]
+                if capped else "") + (elsewhere or ""))]
     notes = {"unigram": above and (f"random init after the first epoch is still above the prose unigram perplexity "
                                    f"{unigram:.1f} at {', '.join(above)}: part of a gain there is a head start"),
              "plateau": capped and (f"{len(capped)} of {len(runs)} runs ran to the epoch cap before --patience saw a "
@@ -68,7 +72,7 @@ def said(claim, entry):
                      f"({c['test']} {fmt_p(c['p'])}, {fmt_n(c)})" for c in entry["cells"]) or "not in this run"
 
 
-def front_table(entries):
+def front_table(entries, preset=None):
     """report.json's `front_table`: the six contributions (SIX) beside the paper's numbers, each with its
     claims' cells and the combined verdict of its claims."""
     by = {e["claim"]: e for e in entries}
@@ -78,14 +82,15 @@ def front_table(entries):
         verdict = combined_verdict([by[CLAIMS[i].claim]["verdict"] for i in idx])
         lines.append(f"| {n} | {title} | {paper} | " + (" ".join(f"({'abc'[k]}) {o}" for k, o in enumerate(ours))
                      if len(ours) > 1 else ours[0]) + f" | **{verdict}** |")
-    return {"title": "The ladder paper's six contributions beside its numbers (each claim's cells in RESULTS.md)",
-            "lines": lines}
+    return {"title": "The ladder paper's six contributions beside its numbers" + TITLES.get(preset, "") +
+                     " (each claim's cells in RESULTS.md)", "lines": lines}
 
 
 def pretrain_share(a, f):
     """The ladder's pre-training tokens (music + poetry) / the prose tokens it then sees (every stage the same
     batch x block), and the paper's."""
-    return {"ours": (a.music_steps + a.poetry_steps) / (a.prose_epochs * f["spe"]), "paper": PAPER_SHARE}
+    return {"ours": (a.music_steps + a.poetry_steps) / (a.prose_epochs * f["spe"]), "paper": PAPER_SHARE,
+            "paper_approx": 0.05}
 
 
 def regime(a, data, provenance):
@@ -103,7 +108,9 @@ def regime(a, data, provenance):
                if provenance else "") + " The paper trains on WikiText-103 (~100M tokens) after MAESTRO piano "
             f"performances (12k / 36k chunks), 5 seeds, to convergence: our 'final' is after {a.prose_epochs} epochs "
             f"of a far smaller prose set, so our perplexities are far higher. Pre-training is "
-            f"{100 * pretrain_share(a, f)['ours']:.1f}% of the prose tokens the ladder sees (the paper: a few percent).")
+            f"{100 * pretrain_share(a, f)['ours']:.1f}% of the prose tokens the ladder sees (the paper: a few percent)."
+            + (" The long pair trains at a constant lr after its warmup, so its stopping rule sees a plateau."
+               if getattr(a, "long_schedule", "cosine") == "constant" else ""))
 
 
 def markdown(a, data, entries, check_list, front, figures, provenance):
@@ -144,9 +151,9 @@ def render(a, data, details, out, provenance):
     """Write report.md, report.json, the PNGs and (with details) details.json from the records;
     returns report.md. Nothing here reads the run folders, the clock or the machine."""
     records = data["runs"]
-    check_list, notes = checks(records, data["prose_unigram_ppl"])
+    check_list, notes = checks(records, data["prose_unigram_ppl"], data["facts"])
     entries = read_all(CLAIMS, records, notes={c.claim: notes.get(c.extra.get("check")) for c in CLAIMS})
-    front = front_table(entries) if getattr(a, "preset", "subset") != "subset" else None  # (older: no preset)
+    front = front_table(entries, a.preset) if getattr(a, "preset", "subset") != "subset" else None  # (older: none)
     figures = FIGURES + [MUSIC[0]] * (out / MUSIC[0]).exists()
     text = markdown(a, data, entries, check_list, front, figures, provenance)
     settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
