@@ -8,6 +8,7 @@ Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alph
     python experiments/prores.py --quick            # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --preset depth     # an lr x depth scan of the baselines, then 5 placements there
     python experiments/prores.py --preset pilot     # T = 100 steps a layer, 10,000 steps, L 8 / 48, one seed
+    python experiments/prores.py --preset pilot --set seeds=3   # the same grid at 3 seeds (seed 0 reused)
     python experiments/prores.py --preset warmup    # the breakdown's Post-LN baselines, a 200-step lr warm-up
     python experiments/prores.py --report-only --out experiments/results/prores   # rebuild from report.json
     python experiments/prores.py --set n_embd=64 iters=2000   # any preset entry

@@ -181,6 +181,8 @@ def test_tiny_sweep_end_to_end(cache, tmp_path, capsys):
         assert r["max_grad_norm"] == max(gn) and r["grad_spikes"] == len(spike_steps(gn, 2, 3.0))
         assert r["max_grad_norm_after_warmup"] == max(gn[1:]) and ("loss" in r) == (r in rep["runs"] and r["seed"] == 0)
         assert r["act_fit"] == growth_fit([r["embed_rms"]] + r["act_rms"])
+        assert r["prores_T"] == (prores_T(exp.parse_args(argv), r["depth"], r["iters"]) if r["prores"] else None)
+        assert ("val_curve" in r) == ("loss" in r) and r.get("val_curve", [s["val_loss"]])[-1] == s["val_loss"]
     assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in prores_claims.CLAIMS]
     cell = rep["verdicts"][0]["cells"][0]  # Pre-LN at the shallowest depth: ProRes against the baseline, by seed
     v = {pr: [r["val_loss"] for r in sorted(rep["runs"], key=lambda r: r["seed"])
@@ -188,6 +190,7 @@ def test_tiny_sweep_end_to_end(cache, tmp_path, capsys):
     assert cell["test"] == "paired" and cell["p"] == pytest.approx(stats.ttest_rel(v[True], v[False]).pvalue)
     md = (out / "report.md").read_text()
     assert "| ProRes lowers the loss with Pre-LN |" in md and "## The scan of the baselines" in md
+    assert "## Along training (seed 0)" in md and "by the 0.1-nat margin (n < 3)" not in md  # 3 seeds: the test
     capsys.readouterr()
     exp.main(argv)  # everything is finished: nothing trains, the provenance records no new invocation
     assert "already finished (skipped)" in capsys.readouterr().out and (out / "report.md").read_text() == md
@@ -232,3 +235,14 @@ def test_stuck_baselines_are_noted_on_their_depth_claims():
     assert "L = 48 (2/3)" in notes["ProRes prevents the deep breakdown of Post-LN"] and "20-step" in notes[
         "ProRes prevents the deep breakdown of Post-LN"]
     assert stuck_notes([dict(r, failed=False) for r in recs], 20) == {}
+
+
+def test_one_seed_reads_depth_by_the_margin():
+    """A pilot of one seed cannot test a depth difference: its table reads it against the margin, and says so."""
+    from experiments.lib.prores_report import front_table
+    loss = {(False, 8): 2.0, (False, 48): 2.3, (True, 8): 2.0, (True, 48): 2.05}
+    recs = [dict(norm="pre", prores=pr, depth=d, seed=0, val_loss=v, failed=False, loss_spikes=0, grad_spikes=0,
+                 act_fit=None, max_grad_norm_after_warmup=1.0) for (pr, d), v in loss.items()]
+    rows = front_table(recs, 0.1)["lines"]
+    assert rows[-1].endswith("| +0.300 (p = n/a) | yes by the 0.1-nat margin (n < 3) |")
+    assert front_table(recs, 0.5)["lines"][-1].endswith("no by the 0.5-nat margin (n < 3) |")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.lib import prores_claims
-from experiments.lib.claims import RULE, compare, fmt_mean_std, fmt_p, read_all, table
+from experiments.lib.claims import MIN_N, RULE, compare, fmt_mean_std, fmt_p, read_all, table
 from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import (pyplot, read_events, read_summary,
                                     save_figure, settings_json, write_report)
@@ -29,8 +29,8 @@ NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnor
          "lns": "LNS (fixed 1/sqrt(l))", "lns-init": "LNS (authors' init)"}
 COLORS = {"pre": "tab:blue", "post": "tab:red", "sandwich": "tab:green", "deepnorm": "tab:purple",
           "lns": "tab:brown", "lns-init": "tab:orange"}
-CURVES = ("logged_steps", "loss", "grad_norm", "act_rms_steps", "act_rms_curve")  # the first seed's, for figures
-DROPPED = ("lr_curve", "val_curve", "act_fit_curve")
+CURVES = ("logged_steps", "loss", "grad_norm", "act_rms_steps", "act_rms_curve", "val_steps", "val_curve")  # seed 0's
+DROPPED = ("lr_curve", "act_fit_curve")
 RECORD_KEYS = ("settings", "measurement_point", "spike_definition", "scan", "runs")
 FIGURES = {"breakdown.png": "final val loss against depth, every seed", "curves.png": "seed 0: training loss "
            "(10-step mean), gradient norm and RMS after the last block", "activation_norms.png": "RMS of the residual "
@@ -104,7 +104,8 @@ def analyse_run(a, run, data):
              grad_spikes=len(spike_steps(gn, a.spike_window, a.grad_spike_x)), max_grad_norm=max(gn, default=None),
              max_grad_norm_step=tr[int(np.argmax(gn))]["iter"] if gn else None,
              act_rms_steps=[e["iter"] for e in ev if e.get("act_rms")],
-             act_rms_curve=[e["act_rms"] for e in ev if e.get("act_rms")])
+             act_rms_curve=[e["act_rms"] for e in ev if e.get("act_rms")], prores_T=run.meta["T"],
+             val_steps=[e["iter"] for e in ev], val_curve=[e["val_loss"] for e in ev])
     r["diverged_at"] = len(tr) if r["diverged"] else None
     r["failed"] = r["diverged"] or r["val_loss"] is None or r["val_loss"] >= r["unigram_loss"] - a.stuck_margin
     try:
@@ -169,7 +170,7 @@ def regime(a, lr, depths):
             "100k steps of 512 x 1,024 tokens of C4.")
 
 
-def front_table(recs):
+def front_table(recs, margin):
     """Final val loss per placement and depth, baseline against ProRes (where ProRes ran), and the baseline
     against its own shallowest depth: the cells the loss and depth claims read, each by the rule (paired by
     seed)."""
@@ -188,7 +189,9 @@ def front_table(recs):
         cells = [label(norm, False), str(d), fmt_mean_std([r["val_loss"] for r in arm[False]])]
         cells += ([fmt_mean_std([r["val_loss"] for r in arm[True]]), " / ".join(fails), diff(c)] if both
                   else fails[:1])
-        cells += [diff(deg), "(reference)" if deg is None else "yes" if got["baseline"][0]["degrades"] else "no"]
+        few = deg is not None and min(np.atleast_1d(deg["n"])) < MIN_N  # one seed: the margin, not a test
+        cells += [diff(deg), "(reference)" if deg is None else f"{'yes' if deg['diff'] > margin else 'no'} by the "
+                  f"{margin:g}-nat margin (n < {MIN_N})" if few else "yes" if got["baseline"][0]["degrades"] else "no"]
         lines.append("| " + " | ".join(cells) + " |")
     return {"title": "Final validation loss (nats/token) per placement and depth, mean ± std over seeds; the "
                      "differences by the t-test paired by seed", "lines": lines}
@@ -229,6 +232,23 @@ def runs_table(recs):
     return lines
 
 
+def along(a, recs):
+    """Seed 0's validation loss where every layer is on (the lr warmup's end for a baseline), where the lr decay
+    starts, and at the end; and its change over the tenth of the run before the decay: has it flattened?"""
+    rs = [r for r in recs if r.get("val_curve")]
+    at = lambda r, t: next((v for s, v in zip(r["val_steps"][::-1], r["val_curve"][::-1]) if s <= t), None)  # noqa
+    stable = round(a.iters * (1 - a.decay_frac))
+    lines = ["## Along training (seed 0)", "", "Validation loss (nats/token).", "", "| condition | L | every layer on"
+             f" by step | val loss there | at step {stable:,} (decay starts) | end | change over steps "
+             f"{stable - a.iters // 10:,}-{stable:,} |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(rs, key=lambda r: (list(NAMES).index(r["norm"]), r["prores"], r["depth"])):
+        on = math.ceil(r["prores_T"] * r["depth"] - 1e-9) if r["prores"] else warmup_iters(a, a.iters)
+        v = [at(r, t) for t in (on, stable, a.iters, stable - a.iters // 10)]
+        lines.append(f"| {label(r['norm'], r['prores'])} | {r['depth']} | {on:,} | " + " | ".join(
+            "-" if x is None else f"{x:.3f}" for x in v[:3]) + f" | {'-' if None in v[1::2] else f'{v[1] - v[3]:+.3f}'} |")
+    return lines + [""] if rs else []
+
+
 def scan_table(a, srecs):
     lines = ["| baseline | lr | " + " | ".join(f"L = {d}" for d in a.scan_depths) + " |",
              "|---|---|" + "---|" * len(a.scan_depths)]
@@ -256,7 +276,7 @@ def render(records, out):
                        notes={prores_claims.CLAIMS[-1].claim: f"`{a.stage}` has no downstream tasks",
                               **stuck_notes(recs, warmup)})
     prov = kept_provenance(out)
-    front, reg = front_table(recs), regime(a, lr, depths)
+    front, reg = front_table(recs, a.margin), regime(a, lr, depths)
     train_s = sum(r["seconds"] or 0 for r in {r["name"]: r for r in recs + srecs}.values())
     sd = records["spike_definition"]
     lines = [f"# ProRes: {'depth scan, then ' if a.scan else ''}baselines{' and ProRes' * (True in arm_flags(a))} at depth"
@@ -274,7 +294,7 @@ def render(records, out):
                   "Final val loss; [loss spikes/gradient spikes].", ""] + scan_table(a, srecs) + [""]
         lines += ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
             f"- measured: lr {lr:g}, depths {', '.join(map(str, depths))}", ""]
-    lines += ["## Every condition (mean ± std over seeds)", ""] + runs_table(recs) + [""]
+    lines += ["## Every condition (mean ± std over seeds)", ""] + runs_table(recs) + [""] + along(a, recs)
     figures = plot(a, srecs, recs, depths)
     lines += ["Figures: " + ", ".join(f"`{f}` ({FIGURES[f]})" for f in figures) + ". Every run's numbers: "
               "`report.json`." + (" --quick is a smoke test of the pipeline, not of the claims." if a.quick else ""), ""]
@@ -342,6 +362,8 @@ def plot(a, srecs, recs, depths):
                     continue
                 if i == 0 and len(r["loss"]) >= 10:
                     ax.plot(r["logged_steps"][9:], np.convolve(r["loss"], np.ones(10) / 10, "valid"), **style(n, pr))
+                    if r.get("val_curve"):
+                        ax.plot(r["val_steps"], r["val_curve"], "o", ms=3, color=COLORS.get(n))
                 elif i < 2:
                     ax.plot(r["logged_steps"], r["loss" if i == 0 else "grad_norm"], **style(n, pr))
                 elif r.get("act_rms_steps"):
@@ -349,7 +371,8 @@ def plot(a, srecs, recs, depths):
             ax.set_title(f"{depths[j]} layers, seed 0")
             ax.set_xlabel("step")
         drawn.append(panels(plt, 3, len(depths), "curves.png", a.out, curve,
-                            ["train loss (10-step mean)", "grad norm (before clipping)", "RMS after the last block"],
+                            ["train loss (10-step mean" + ("; dots: val)" if any(r.get("val_curve") for r in recs) else ")"),
+                             "grad norm (before clipping)", "RMS after the last block"],
                             (1, 2)))
     if srecs:
         def scan(ax, i, j):
