@@ -61,10 +61,11 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def one_thread():
     """The tests' models are tiny: on one thread they run many times faster than on two busy
-    shared cores (thread hand-offs dominate). train.run calls set their own --threads."""
+    shared cores (thread hand-offs dominate). Set before every test, since a train.run call with
+    --threads leaves its own count behind (a test reading the count would depend on the order)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
