@@ -465,7 +465,7 @@ def run(args):
     out = Path(args.out)
     check_inputs(args, env)
     lock = RunLock(out)
-    made = claim_out_folder(args, out, lock) if env.master else []
+    made = claim_out_folder_on_rank0(args, env, out, lock)
     finished = False
     try:
         result = train_curriculum(args, env, out)
@@ -475,6 +475,24 @@ def run(args):
         if not finished:
             remove_empty(made)
     return with_baseline(args, env, out, result) if args.baseline else result
+
+
+def claim_out_folder_on_rank0(args, env, out, lock):
+    """Rank 0 claims --out (checkpoint.claim_out_folder); under torchrun every other rank learns of a refusal
+    and stops with the same error, instead of waiting at the first collective for a rank 0 that has gone."""
+    made, refusal = [], None
+    if env.master:
+        try:
+            made = claim_out_folder(args, out, lock)
+        except UserError as e:
+            refusal = e
+    if env.world > 1:
+        box = [None if refusal is None else str(refusal)]
+        dist.broadcast_object_list(box, src=0)
+        refusal = refusal or (box[0] and UserError(f"rank 0 refused --out: {box[0]}"))
+    if refusal:
+        raise refusal
+    return made
 
 
 def with_baseline(args, env, out, result):

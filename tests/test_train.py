@@ -158,6 +158,20 @@ def test_ddp_two_processes_match_one_at_the_same_global_batch(cache, text_dir, t
         assert a[k] == pytest.approx(b[k], rel=1e-4), k
 
 
+def test_ddp_refusal_of_the_out_folder_stops_every_rank(cache, text_dir, tmp_path):
+    """torchrun into an --out holding another run's files: rank 0 refuses it, and the other rank stops with
+    the same error at once (before, it waited for rank 0 at the first collective until gloo's timeout)."""
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    env = dict(os.environ, PRELUDE_CACHE=str(cache), OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          str(ROOT / "train.py"), "--stages", f"text:{text_dir}", "--iters", "2", *TINY,
+                          "--out", str(out)], env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode != 0 and "holds another run's files" in res.stderr
+    assert "rank 0 refused --out" in res.stderr and (out / "summary.json").read_text() == "{}"
+
+
 def test_init_from_copies_vocabulary_independent_groups_into_a_new_vocabulary(cache, text_dir, tmp_path):
     """--init-from a 97-token model into a GPT-2-vocabulary stage (lr 0, so nothing moves):
     attention, MLP and norms arrive; embedding, head and positions stay fresh (the paper's list)."""
