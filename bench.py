@@ -788,7 +788,7 @@ def main(argv=None):
         if args.tiny_batch <= 0 or args.tiny_seeds <= 0:
             p.error(f"--tiny-batch and --tiny-seeds must be positive, got {args.tiny_batch} and {args.tiny_seeds}")
         _, fraction = tiny(args.tiny_batch, args.rounds, args.tiny_mask, args.tiny_seeds, not args.no_compile)
-        print(f"fraction_of_matmul={fraction:.3f}")
+        print(f"fraction_of_matmul={fraction:.3g}")
         return
     if args.grid:
         print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; ms per training step "
