@@ -187,9 +187,10 @@ def test_the_default_reads_its_pre_trained_models_against_their_entropy():
     runs = [r for r in rep["runs"] if r["part"] == "task"]
     assert runs and all(r["records_seen"] == 10_000_000 for r in runs)
     pre = {r["condition"]: r for r in rep["runs"] if r["part"] == "pretrain"}
-    assert set(pre) == {"dyck", "dyck-shuffled"}
+    assert set(pre) == {"dyck", "dyck-shuffled", "eca110", "eca110-shuffled"}
     for cond, r in pre.items():
-        assert r["entropy"] == pytest.approx(procedural.entropy("dyck", shuffled=cond != "dyck"), abs=1e-12)
+        kind, shuffled = cond.removesuffix("-shuffled"), cond.endswith("-shuffled")
+        assert r["entropy"] == pytest.approx(procedural.entropy(kind, shuffled=shuffled), abs=1e-12)
         assert r["stop_reason"].startswith(("stopping rule", "cap")) and r["entropy"] < r["val_loss"] < r["unigram_loss"]
         assert f"{cond} {r['val_loss']:.3f} nats against its entropy {r['entropy']:.3f}" in rep["regime"]
     assert pre["dyck"]["val_loss"] - pre["dyck"]["entropy"] <= 0.1
