@@ -23,6 +23,7 @@ from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import (pyplot, read_events, read_summary,
                                     save_figure, settings_json, write_report)
 from experiments.lib.prores_runs import arm_flags, prores_T, warmup_iters
+from prores import ramp_steps
 
 SOURCE = {"arxiv": "2603.05369", "title": "Progressive Residual Warmup for Language Model Pretraining"}
 NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnorm": "DeepNorm",
@@ -161,7 +162,7 @@ def collect(a, scan_recs, meas_recs, point):
 def regime(a, lr, depths):
     T = {d: prores_T(a, d, a.iters) for d in depths}
     ramp = (f"ProRes' `{a.prores_schedule}` ramp with T = " + " / ".join(f"{T[d]:.1f}" for d in depths) + " steps a "
-            f"layer, every layer on by step {math.ceil(max(T[d] * d for d in depths) - 1e-9):,}" if True in
+            f"layer, every layer on by step {max(ramp_steps(d, T[d], a.prores_schedule) for d in depths):,}" if True in
             arm_flags(a) else "the baselines alone")
     return (f"Ours: GPT-2 blocks (LayerNorm) of width {a.n_embd}, {', '.join(map(str, depths))} layers, {a.iters:,} "
             f"steps of {a.batch_size} x {a.block_size} tokens of `{a.stage}` at lr {lr:g} after a "
@@ -242,7 +243,7 @@ def along(a, recs):
              f" by step | val loss there | at step {stable:,} (decay starts) | end | change over steps "
              f"{stable - a.iters // 10:,}-{stable:,} |", "|---|---|---|---|---|---|---|"]
     for r in sorted(rs, key=lambda r: (list(NAMES).index(r["norm"]), r["prores"], r["depth"])):
-        on = math.ceil(r["prores_T"] * r["depth"] - 1e-9) if r["prores"] else warmup_iters(a, a.iters)
+        on = ramp_steps(r["depth"], r["prores_T"], a.prores_schedule) if r["prores"] else warmup_iters(a, a.iters)
         v = [at(r, t) for t in (on, stable, a.iters, stable - a.iters // 10)]
         lines.append(f"| {label(r['norm'], r['prores'])} | {r['depth']} | {on:,} | " + " | ".join(
             "-" if x is None else f"{x:.3f}" for x in v[:3]) + f" | {'-' if None in v[1::2] else f'{v[1] - v[3]:+.3f}'} |")
