@@ -211,8 +211,7 @@ def stuck_notes(recs, warmup):
             n = NAMES[norm]
             note = ("the baseline failed to train (diverged or ended near the unigram loss) at " + ", ".join(
                 f"L = {d} ({k}/{m})" for d, k, m in failed if k) + f", after a {warmup:,}-step lr warm-up")
-            notes.update({c: note for c in (f"Without ProRes, {n} degrades with depth",
-                                            f"ProRes prevents the deep breakdown of {n}")})
+            notes.update({c.claim: note for c in (prores_claims.degrades(norm, n), prores_claims.prevents(norm, n))})
     return notes
 
 
