@@ -204,7 +204,7 @@ def test_tiny_sweep_end_to_end(cache, tmp_path, capsys):
     assert {f: (bare / f).read_bytes() for f in body} == body
 
 
-@pytest.mark.parametrize("name", ["prores", "prores-depth", "prores-warmup"])
+@pytest.mark.parametrize("name", ["prores", "prores-depth", "prores-warmup", "prores-pilot"])
 def test_committed_report_rebuilds_byte_identical(tmp_path, name):
     src, out = RESULTS / name, tmp_path / name
     shutil.copytree(src, out)
@@ -212,8 +212,12 @@ def test_committed_report_rebuilds_byte_identical(tmp_path, name):
     for f in ("report.md", "report.json"):
         assert (out / f).read_bytes() == (src / f).read_bytes(), f
     rep = json.loads((out / "report.json").read_text())
-    assert rep["settings"]["preset"] == {"prores": "breakdown", "prores-depth": "depth", "prores-warmup": "warmup"}[name]
-    assert sum("loss" in r for r in rep["runs"]) == len(rep["runs"]) // 3  # seed 0's curves only
+    assert rep["settings"]["preset"] == {"prores": "breakdown", "prores-depth": "depth", "prores-warmup": "warmup",
+                                         "prores-pilot": "pilot"}[name]
+    assert sum("loss" in r for r in rep["runs"]) == len(rep["runs"]) // rep["settings"]["seeds"]  # seed 0's curves
+    if name == "prores-pilot":  # the paper's steps a layer, and every run's validation curve
+        assert all(r["prores_T"] >= 100 for r in rep["runs"] if r["prores"])
+        assert all(len(r["val_curve"]) == len(r["val_steps"]) == 40 for r in rep["runs"])
 
 
 def test_report_only_without_runs_or_report_is_one_line(tmp_path, capsys):
