@@ -56,7 +56,9 @@ SHAPES = {  # name: (vocab, n_layer, n_head, n_embd, batch, block)
     "d64": (50257, 4, 4, 64, 32, 256),
     "music-d64": (160, 4, 4, 64, 32, 256),
     "d256": (50257, 4, 4, 256, 32, 256),
+    "gpt2": (50257, 12, 12, 768, 16, 1024),  # GPT-2 small at its context: for a GPU, not in the default list
 }
+DEFAULT_SHAPES = "d16,d32,d64,music-d64,d256"
 
 
 def sync(device):
@@ -106,17 +108,24 @@ def peak_memory_of(fn, device):
 
 class Variant:
     """One way to run a training step on a model: loss implementation x autocast dtype (x the
-    fused head's own dtype, which --dtype auto sets to bf16 under an fp32 body on this CPU)."""
+    fused head's own dtype, which --dtype auto sets to bf16 under an fp32 body on this CPU),
+    eager or through torch.compile (backend: "inductor", train.py's --compile)."""
 
-    def __init__(self, name, loss_impl, dtype, head_dtype=""):
+    def __init__(self, name, loss_impl, dtype, head_dtype="", backend=None):
         self.name, self.loss_impl, self.dtype, self.head_dtype = name, loss_impl, dtype, head_dtype
+        self.backend, self.compiled = backend, None
 
     def step(self, model, opt, x, y, device):
         model.config.loss_impl = self.loss_impl
         model.config.head_dtype = self.head_dtype
+        fwd = model
+        if self.backend:  # compiled for each model; the config it reads is guarded, so variants may share one
+            if self.compiled is None or self.compiled._orig_mod is not model:  # static: each shape its own kernels
+                self.compiled = torch.compile(model, backend=self.backend, dynamic=False)
+            fwd = self.compiled
         amp = nullcontext() if self.dtype == torch.float32 else torch.autocast(device.type, dtype=self.dtype)
         with amp:
-            _, loss = model(x, y)
+            _, loss = fwd(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -740,10 +749,14 @@ def main(argv=None):
     from data.common import ArgumentParser
     p = ArgumentParser(description="Time full training steps of our GPT against the standard "
                                    "full-logits formulation, in one process.")
-    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {list(SHAPES)}")
+    p.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma-separated, from {list(SHAPES)} (default: "
+                                                            f"{DEFAULT_SHAPES})")
     p.add_argument("--rounds", type=int, default=None, help="timed rounds per variant, minimum kept (default 3; --tiny 5)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-data", action="store_true", help="skip the data-preparation throughput")
+    p.add_argument("--compiled", action="store_true",
+                   help="also time the standard and the fused head under torch.compile (at --dtype auto's "
+                        "dtypes): on a GPU the compiler fuses the standard one, hence train.py's --loss-impl auto")
     p.add_argument("--curve", type=int, default=0, metavar="STEPS",
                    help="also train STEPS steps on prose in fp32 and with --dtype auto and compare the loss curves")
     p.add_argument("--grid", action="store_true",
@@ -828,6 +841,9 @@ def main(argv=None):
     variants = [Variant("standard fp32", "standard", torch.float32), Variant("fused fp32", "fused", torch.float32)]
     if body != "float32" or head:
         variants.append(Variant("fused auto", "fused", getattr(torch, body), head))
+    if args.compiled:
+        variants += [Variant("standard compiled", "standard", getattr(torch, body), "", "inductor"),
+                     Variant("fused compiled", "fused", getattr(torch, body), head, "inductor")]
     peaks = {torch.float32: matmul_peak(torch.float32, device), torch.bfloat16: matmul_peak(torch.bfloat16, device)}
     print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak "
           f"fp32 {peaks[torch.float32] / 1e9:.0f} GFLOP/s, bf16 {peaks[torch.bfloat16] / 1e9:.0f} GFLOP/s")
@@ -871,8 +887,11 @@ def main(argv=None):
             print(f"wrote {CURVE_PNG}")
         except ImportError:
             pass
+    for name in shapes if args.compiled else ():
+        std, fused = results[(name, "standard compiled")], results[(name, "fused compiled")]
+        print(f"\n{name}, compiled: the standard head {fused[2] / std[2]:.2f}x the fused one's speed")
     if "d64" in shapes:
-        best = variants[-1].name  # what train.py runs by default here (--dtype auto)
+        best = [v.name for v in variants if not v.backend][-1]  # what train.py runs by default here (--dtype auto)
         print(f"\nd64 ({best} vs standard fp32): {results[('d64', best)][6]:.2f}x faster, peak memory "
               f"{results[('d64', best)][5]:.0f} vs {results[('d64', 'standard fp32')][5]:.0f} MiB")
         print(f"speedup_vs_full_logits={results[('d64', best)][6]:.2f}")

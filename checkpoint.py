@@ -21,7 +21,7 @@ from data.common import UserError, atomic_write_bytes
 
 # flags that do not change what a run computes: a resumed run may differ in these
 RESUMABLE_WITH_OTHER = {"resume", "baseline", "no_progress", "no_plot", "threads", "out", "cache_dir", "data_dir",
-                        "compile", "device", "log_interval"}
+                        "compile", "device", "log_interval", "loss_impl"}
 
 
 def save_checkpoint(path, obj):

@@ -83,3 +83,30 @@ def test_head_chunks_times_the_rule_against_512_rows():
     res = bench.head_chunks(torch.device("cpu"), 1, widths=(16, 64), rows=32)
     assert res[16][2] == 16 and res[64][2] == 512
     assert all(fixed > 0 and rule > 0 for fixed, rule, _ in res.values())
+
+
+def test_compiled_variants_each_trace_their_own_loss_on_a_shared_model():
+    """bench.py --compiled: the standard and the fused variant share one model, each through its own
+    torch.compile. The loss_impl each sets must reach its graph (a guard: two graphs, none retraced
+    when they alternate), and both give the eager loss."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=16))
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    x, y, cpu = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16)), torch.device("cpu")
+    eager = bench.Variant("eager", "standard", torch.float32).step(m, opt, x, y, cpu)
+    std = bench.Variant("standard compiled", "standard", torch.float32, "", counting)
+    fused = bench.Variant("fused compiled", "fused", torch.float32, "", counting)
+    losses = [v.step(m, opt, x, y, cpu) for v in (std, fused, std, fused)]
+    assert losses == pytest.approx([eager] * 4, rel=1e-5)
+    assert len(graphs) == 2
+    m2 = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=16))  # the next shape's model
+    eager2 = bench.Variant("eager", "standard", torch.float32).step(m2, opt, x, y, cpu)
+    assert std.step(m2, opt, x, y, cpu) == pytest.approx(eager2, rel=1e-5) and abs(eager2 - eager) > 1e-3

@@ -125,7 +125,13 @@ def test_resume_with_other_model_flags_is_a_clear_error(cache, text_dir, tmp_pat
     changed = common[:i + 1] + ["3"] + common[i + 2:]
     with pytest.raises(UserError, match="--n-layer 3 .*checkpoint's run: 2"):
         train.run(parse_args(changed + ["--resume"]))
-    train.run(parse_args(common + ["--resume", "--no-progress", "--threads", "1"]))  # harmless flags: fine
+    train.run(parse_args(common + ["--resume", "--no-progress", "--threads", "1", "--loss-impl", "standard"]))  # harmless
+
+
+def test_loss_impl_auto_is_fused_on_a_cpu_and_standard_on_a_gpu():
+    names = ("auto", "fused", "standard")
+    assert [train.resolve_loss_impl(n, torch.device("cpu")) for n in names] == ["fused", "fused", "standard"]
+    assert [train.resolve_loss_impl(n, torch.device("cuda")) for n in names] == ["standard", "fused", "standard"]
 
 
 def test_patience_stops_a_stage_at_a_plateau(cache, text_dir, tmp_path):
