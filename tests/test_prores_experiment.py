@@ -120,6 +120,10 @@ def test_spikes_and_growth_fit():
     bumped = flat[:25] + [5.6] + flat[26:]  # +12% over the running median
     assert spike_steps(flat, 20, 1.1) == [] and spike_steps(bumped, 20, 1.1) == [25] and not spike_steps(bumped, 20, 1.15)
     assert spike_steps(bumped[:15] + [9.0] + bumped[16:], 20, 1.1) == [25]  # before the first full window: not counted
+    noisy = [1.12 if t % 2 else 0.88 for t in range(60)]  # +-12% each step: noise, not spikes
+    noisy[41] = 2.5
+    assert len(spike_steps(noisy, 20, 1.1)) == 20 and spike_steps(noisy, 20, mads=6.0) == [41]
+    assert spike_steps(noisy, 20, mads=9.0) == []  # bar: median 1.0 + 9 x 1.4826 x MAD 0.12 = 2.60
     L = 12
     f = growth_fit([0.1] + [0.3 * math.exp(0.25 * l) for l in range(1, L + 1)])
     assert f["b"] == pytest.approx(0.25) and f["a_exp"] == pytest.approx(math.log(0.3)) and f["better"] == "exponential"

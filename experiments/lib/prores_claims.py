@@ -16,6 +16,8 @@ as their `lns` (`lns-init` here: norm weights from 1/sqrt(l), modeling_llama.py:
 (torchrun_main.py:362-385).
 """
 
+from dataclasses import replace
+
 from experiments.lib.claims import Claim, compare
 
 OTHERS = ("sandwich", "deepnorm", "lns", "lns-init")
@@ -63,10 +65,9 @@ CLAIMS = [
     prevents("pre", "Pre-LN"),
     degrades("post", "Post-LN"),
     prevents("post", "Post-LN"),
-    pooled("ProRes has fewer loss spikes", "almost no loss spikes", "loss_spikes",
-           "steps whose loss exceeds 1.1 x the median of the previous 20, per run"),
+    pooled("ProRes has fewer loss spikes", "almost no loss spikes", "loss_spikes", "steps whose loss exceeds {loss}"),
     pooled("ProRes has fewer gradient spikes", "almost no gradient spikes", "grad_spikes",
-           "steps whose gradient norm exceeds 3 x the median of the previous 20, per run"),
+           "steps whose gradient norm exceeds {grad}"),
     pooled("ProRes lowers the largest gradient norm", "almost no gradient spikes", "max_grad_norm_after_warmup",
            "the largest pre-clipping gradient norm after the lr warmup", fmt="{:.2f}"),
     pooled("ProRes slows the growth of activation norms with depth",
@@ -76,6 +77,19 @@ CLAIMS = [
     Claim("ProRes raises zero-shot accuracy", "+1.27% average zero-shot accuracy", treat={"kind": "downstream"},
           base={"kind": "downstream"}, metric="accuracy", lower_is_better=False),
 ]
+
+
+def loss_rule(sd, factor="{:g}"):
+    """What a loss spike exceeds by a report's spike_definition (the rules of lib/prores_report.spike_steps)."""
+    med = f"the median of the previous {sd['window']}"
+    return (f"{med} by more than {sd['loss_mads']:g} x 1.4826 MAD of those steps" if sd.get("loss_mads") else
+            f"{factor.format(sd['loss_factor'])} x {med}")
+
+
+def with_spike_rule(sd):
+    """CLAIMS with the spike claims' notes stating the report's own spike rule."""
+    rules = dict(loss=loss_rule(sd), grad=f"{sd['grad_factor']:g} x the median of the previous {sd['window']}")
+    return [replace(c, note=c.note.format(**rules) + ", per run") if "spikes" in c.metric else c for c in CLAIMS]
 
 
 def records(report):

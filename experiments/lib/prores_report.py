@@ -42,10 +42,12 @@ def label(norm, pr):
     return NAMES.get(norm, norm) + (" + ProRes" if pr else "")
 
 
-def spike_steps(values, window, factor):
-    """The steps t >= window with values[t] > factor x the median of the window steps before it."""
-    return [t for t in range(window, len(values))
-            if math.isfinite(values[t]) and values[t] > factor * float(np.median(values[t - window:t]))]
+def spike_steps(values, window, factor=None, mads=None):
+    """The steps t >= window whose value exceeds the median m of the window steps before it: factor x m, or
+    m + mads x 1.4826 MAD of those steps (the MAD scaled to a Gaussian's sigma: a threshold above the run's noise)."""
+    meds = [(w, float(np.median(w))) for w in (np.asarray(values[t - window:t]) for t in range(window, len(values)))]
+    bars = [factor * m if mads is None else m + mads * 1.4826 * float(np.median(np.abs(w - m))) for w, m in meds]
+    return [t for t, bar in zip(range(window, len(values)), bars) if math.isfinite(values[t]) and values[t] > bar]
 
 
 def growth_fit(rms):
@@ -101,7 +103,7 @@ def analyse_run(a, run, data):
              val_loss=st.get("val_loss"), train_loss=st.get("train_loss"), seconds=s["seconds"] if s else None,
              best_val_loss=st.get("best_val_loss") or min((e["val_loss"] for e in ev), default=None),
              steps=st.get("iters", run.meta["iters"]), logged_steps=[e["iter"] for e in tr], loss=loss, grad_norm=gn,
-             loss_spikes=len(spike_steps(loss, a.spike_window, 1 + a.loss_spike_pct / 100)),
+             loss_spikes=len(spike_steps(loss, a.spike_window, 1 + a.loss_spike_pct / 100, a.loss_spike_mads)),
              grad_spikes=len(spike_steps(gn, a.spike_window, a.grad_spike_x)), max_grad_norm=max(gn, default=None),
              max_grad_norm_step=tr[int(np.argmax(gn))]["iter"] if gn else None,
              act_rms_steps=[e["iter"] for e in ev if e.get("act_rms")],
@@ -152,7 +154,8 @@ def collect(a, scan_recs, meas_recs, point):
     settings = {k: v for k, v in settings_json(a).items() if k not in ("report_only", "plan")}
     return {"settings": settings, "measurement_point": dict(zip(("lr", "depths", "why"), point)),
             "spike_definition": {"window": a.spike_window, "loss_factor": 1 + a.loss_spike_pct / 100,
-                                 "grad_factor": a.grad_spike_x, "first_counted_step_index": a.spike_window},
+                                 "grad_factor": a.grad_spike_x, "first_counted_step_index": a.spike_window,
+                                 **({"loss_mads": a.loss_spike_mads} if a.loss_spike_mads else {})},
             "scan": [r for r in scan_recs if r], "runs": [r for r in meas_recs if r]}
 
 
@@ -272,13 +275,13 @@ def render(records, out):
     seed0 = min((r["seed"] for r in records["runs"]), default=0)
     recs = [settle(r, warmup, a.stuck_margin, r["seed"] == seed0) for r in records["runs"]]
     srecs = [settle(r, warmup_iters(a, a.scan_iters), a.stuck_margin, False) for r in records["scan"]]
-    entries = read_all(prores_claims.CLAIMS, prores_claims.records({"runs": recs}),
+    sd = records["spike_definition"]
+    entries = read_all(prores_claims.with_spike_rule(sd), prores_claims.records({"runs": recs}),
                        notes={prores_claims.CLAIMS[-1].claim: f"`{a.stage}` has no downstream tasks",
                               **stuck_notes(recs, warmup)})
     prov = kept_provenance(out)
     front, reg = front_table(recs, a.margin), regime(a, lr, depths)
     train_s = sum(r["seconds"] or 0 for r in {r["name"]: r for r in recs + srecs}.values())
-    sd = records["spike_definition"]
     lines = [f"# ProRes: {'depth scan, then ' if a.scan else ''}baselines{' and ProRes' * (True in arm_flags(a))} at depth"
              f"{' (--quick)' if a.quick else ''} (preset `{a.preset}`)", "", provenance_line(prov), "",
              f"Chen et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}.", "", reg, "",
@@ -286,7 +289,7 @@ def render(records, out):
              f"init, as the authors'), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, `--schedule {a.schedule}` (warmup "
              f"{a.warmup_frac:g} of the run, decay over the last {a.decay_frac:g} to {a.min_lr:g}). A run failed if it "
              f"diverged or ended within {a.stuck_margin:g} nats of the unigram loss. A loss spike: a step whose loss "
-             f"exceeds {sd['loss_factor']:.2f} x the median of the previous {sd['window']}; a gradient spike: a "
+             f"exceeds {prores_claims.loss_rule(sd, '{:.2f}')}; a gradient spike: a "
              f"pre-clipping norm above {sd['grad_factor']:g} x that median.", "", "## The paper's claims", "", RULE, ""]
     lines += table(entries) + ["", f"## {front['title']}", ""] + front["lines"] + [""]
     if a.scan:
