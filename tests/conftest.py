@@ -70,3 +70,18 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def graphs():
+    """A torch.compile backend that keeps each graph it is handed and runs it as traced: (backend,
+    the graphs so far). Dynamo's caches are reset before and after, so counts do not leak between tests."""
+    torch._dynamo.reset()
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    yield backend, seen
+    torch._dynamo.reset()

@@ -85,18 +85,11 @@ def test_head_chunks_times_the_rule_against_512_rows():
     assert all(fixed > 0 and rule > 0 for fixed, rule, _ in res.values())
 
 
-def test_compiled_variants_each_trace_their_own_loss_on_a_shared_model():
+def test_compiled_variants_each_trace_their_own_loss_on_a_shared_model(graphs):
     """bench.py --compiled: the standard and the fused variant share one model, each through its own
     torch.compile. The loss_impl each sets must reach its graph (a guard: two graphs, none retraced
     when they alternate), and both give the eager loss."""
-    import torch._dynamo
-    torch._dynamo.reset()
-    graphs = []
-
-    def counting(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
+    counting, graphs = graphs
     torch.manual_seed(0)
     m = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=16))
     opt = torch.optim.SGD(m.parameters(), lr=0.0)

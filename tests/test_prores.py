@@ -125,17 +125,11 @@ def test_hook_unwraps_compiled_model():
         prores.ProRes(torch.nn.Linear(2, 2), T=5)
 
 
-def test_no_recompilation_when_the_hook_changes_the_scales():
+def test_no_recompilation_when_the_hook_changes_the_scales(graphs):
     """torch.compile with a backend that counts the graphs it is handed: ProRes's in-place
     writes change the output (the buffer is a graph input, not a baked constant) but never
     the number of compilations."""
-    torch._dynamo.reset()
-    compiled_graphs = []
-
-    def counting_backend(gm, example_inputs):
-        compiled_graphs.append(gm)
-        return gm.forward
-
+    counting_backend, compiled_graphs = graphs
     torch.manual_seed(0)
     m = tiny(n_layer=3).eval()
     fwd = torch.compile(m, backend=counting_backend)
@@ -151,7 +145,6 @@ def test_no_recompilation_when_the_hook_changes_the_scales():
         seen.append(out)
     assert len(compiled_graphs) == 1
     assert not torch.allclose(seen[0], seen[3])  # the scales did reach the compiled graph
-    torch._dynamo.reset()
 
 
 def test_at_step_zero_every_block_passes_the_residual_stream_through():
