@@ -68,7 +68,7 @@ def sync(device):
 
 def matmul_peak(dtype, device, n=None, reps=5):
     """Achieved FLOP/s of a square matmul: the peak MFU is measured against. n: 2,048 on a CPU; 8,192 on a
-    GPU, where a 2,048 product is too short to time (an H200: 340 TFLOP/s bf16 measured, ~790 at 8,192)."""
+    GPU, where a 2,048 product is too short to time (an H200, bf16: 340 TFLOP/s at 2,048; ~790 at 8,192)."""
     n = n or (8192 if device.type == "cuda" else 2048)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
@@ -136,6 +136,8 @@ class Variant:
 
 def bench_shape(name, device, variants, rounds, peaks):
     vocab, n_layer, n_head, n_embd, B, T = SHAPES[name]
+    if any(v.backend for v in variants):  # each shape's graphs afresh: the model's forward keeps at most 8
+        torch._dynamo.reset()
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=T, vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_embd=n_embd)).to(device)
     opt = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), device.type)

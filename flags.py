@@ -188,8 +188,8 @@ def _hardware_flags(p):
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
     g.add_argument("--loss-impl", default="auto", choices=("auto", "fused", "standard"),
                    help="fused: chunked LM head + cross-entropy that never holds the full logits "
-                        "(lm_loss.py); standard: full logits + F.cross_entropy. auto (default): fused on "
-                        "a CPU, standard on a GPU, where torch.compile fuses it (1.9x; train.resolve_loss_impl)")
+                        "(lm_loss.py); standard: full logits + F.cross_entropy. auto (default): standard on a "
+                        "GPU with --compile, which fuses it (2x; train.resolve_loss_impl), else fused")
     g.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = cores / processes)")
 
 FLAG_GROUPS = (_curriculum_and_data_flags, _budget_flags, _model_flags, _objective_flags, _transfer_flags,

@@ -171,19 +171,20 @@ def resolve_dtype(name, device, vocab_size=None):
     return "float32", ("bfloat16" if native and (vocab_size or 0) >= HEAD_BF16_MIN_VOCAB else "")
 
 
-# --loss-impl auto. On a GPU the full logits fit, and torch.compile fuses the standard head and
-# cross-entropy into a few kernels; it cannot do that for the chunked loop of lm_loss.py (kept out of
-# the graph). `python bench.py --device cuda --shapes gpt2 --compiled` on one H200 (torch 2.11; 12
-# layers, d 768, GPT-2's vocabulary, 16 x 1,024 tokens, bf16 autocast): 36 ms a compiled step with the
-# standard head, 72 ms with the fused one (2.02x). train.py's own runs there: 417k vs 220k tokens/s
-# compiled, 203k vs 196k eager.
-def resolve_loss_impl(name, device):
-    """--loss-impl: auto is the fused, chunked LM head + loss on a CPU, where the full logits are
-    most of a step (lm_loss.py), and the standard one on a GPU (numbers above). The two compute the
-    same loss and gradients (tests/test_model.py), so a run may resume under the other."""
+# --loss-impl auto. On a GPU torch.compile fuses the standard head and cross-entropy into a few
+# kernels; it cannot do that for the chunked loop of lm_loss.py (kept out of the graph). `python
+# bench.py --device cuda --shapes gpt2 --compiled` on one H200 (torch 2.11; 12 layers, d 768, GPT-2's
+# vocabulary, 16 x 1,024 tokens, bf16 autocast): 36 ms a compiled step with the standard head, 72 ms
+# with the fused one (2.02x; peak memory 8.7 vs 6.2 GB). train.py's own runs there: 417k vs 220k
+# tokens/s compiled; eager 203k vs 196k, not worth the full logits' memory.
+def resolve_loss_impl(name, device, compiled=False):
+    """--loss-impl: auto is the standard LM head + loss where the compiler fuses it (a GPU under
+    --compile, numbers above), else the fused, chunked one (on a CPU the full logits are most of a
+    step: lm_loss.py). The two compute the same loss and gradients (tests/test_model.py), so a run
+    may resume under the other."""
     if name != "auto":
         return name
-    return "standard" if device.type == "cuda" else "fused"
+    return "standard" if device.type == "cuda" and compiled else "fused"
 
 
 def all_mean(x, world, device):
@@ -206,7 +207,7 @@ def build_model(args, corpus, objective, prev, device, master):
                     n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout,
                     dropout_at=args.dropout_at,
                     bias=not args.no_bias, tie_weights=not args.no_tie, norm=args.norm, init=args.init,
-                    causal=objective.causal, loss_impl=resolve_loss_impl(args.loss_impl, device),
+                    causal=objective.causal, loss_impl=resolve_loss_impl(args.loss_impl, device, args.compile),
                     head_dtype=head_dtype)
     model = GPT(cfg)
     blocks_trained = False

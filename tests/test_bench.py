@@ -103,3 +103,18 @@ def test_compiled_variants_each_trace_their_own_loss_on_a_shared_model(graphs):
     m2 = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=16))  # the next shape's model
     eager2 = bench.Variant("eager", "standard", torch.float32).step(m2, opt, x, y, cpu)
     assert std.step(m2, opt, x, y, cpu) == pytest.approx(eager2, rel=1e-5) and abs(eager2 - eager) > 1e-3
+
+
+def test_compiled_variants_compile_every_shape(graphs, monkeypatch):
+    """A model's forward keeps at most 8 compiled graphs: without a fresh start per shape, the fifth
+    shape's two variants would run eager and be timed as compiled."""
+    counting, graphs = graphs
+    shapes = {f"t{i}": (64, 1, 2, 8 * (i + 1), 2, 16) for i in range(5)}
+    monkeypatch.setattr(bench, "SHAPES", shapes)
+    variants = [bench.Variant("standard fp32", "standard", torch.float32),
+                bench.Variant("standard compiled", "standard", torch.float32, "", counting),
+                bench.Variant("fused compiled", "fused", torch.float32, "", counting)]
+    for name in shapes:
+        rows = bench.bench_shape(name, torch.device("cpu"), variants, 1, {torch.float32: 1e9})
+        assert [r[1] for r in rows] == [v.name for v in variants]
+    assert len(graphs) == 2 * len(shapes)

@@ -124,6 +124,12 @@ def test_spikes_and_growth_fit():
     noisy[41] = 2.5
     assert len(spike_steps(noisy, 20, 1.1)) == 20 and spike_steps(noisy, 20, mads=6.0) == [41]
     assert spike_steps(noisy, 20, mads=9.0) == []  # bar: median 1.0 + 9 x 1.4826 x MAD 0.12 = 2.60
+    sd = {"window": 20, "loss_factor": 1.1, "grad_factor": 3.0}  # the report states the rule it counted by
+    notes = [c.note for c in prores_claims.with_spike_rule(dict(sd, loss_mads=6.0)) if "spikes" in c.metric]
+    assert notes == ["steps whose loss exceeds the median of the previous 20 by more than 6 x 1.4826 MAD of those "
+                     "steps, per run", "steps whose gradient norm exceeds 3 x the median of the previous 20, per run"]
+    assert prores_claims.loss_rule(sd) == "1.1 x the median of the previous 20"
+    assert prores_claims.loss_rule(sd, "{:.2f}") == "1.10 x the median of the previous 20"
     L = 12
     f = growth_fit([0.1] + [0.3 * math.exp(0.25 * l) for l in range(1, L + 1)])
     assert f["b"] == pytest.approx(0.25) and f["a_exp"] == pytest.approx(math.log(0.3)) and f["better"] == "exponential"

@@ -128,10 +128,11 @@ def test_resume_with_other_model_flags_is_a_clear_error(cache, text_dir, tmp_pat
     train.run(parse_args(common + ["--resume", "--no-progress", "--threads", "1", "--loss-impl", "standard"]))  # harmless
 
 
-def test_loss_impl_auto_is_fused_on_a_cpu_and_standard_on_a_gpu():
+def test_loss_impl_auto_is_standard_only_where_a_gpu_compiles_it():
     names = ("auto", "fused", "standard")
-    assert [train.resolve_loss_impl(n, torch.device("cpu")) for n in names] == ["fused", "fused", "standard"]
-    assert [train.resolve_loss_impl(n, torch.device("cuda")) for n in names] == ["standard", "fused", "standard"]
+    for dev, compiled in (("cpu", False), ("cpu", True), ("cuda", False)):
+        assert [train.resolve_loss_impl(n, torch.device(dev), compiled) for n in names] == ["fused", "fused", "standard"]
+    assert [train.resolve_loss_impl(n, torch.device("cuda"), True) for n in names] == ["standard", "fused", "standard"]
 
 
 def test_patience_stops_a_stage_at_a_plateau(cache, text_dir, tmp_path):

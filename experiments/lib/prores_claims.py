@@ -82,7 +82,7 @@ CLAIMS = [
 def loss_rule(sd, factor="{:g}"):
     """What a loss spike exceeds by a report's spike_definition (the rules of lib/prores_report.spike_steps)."""
     med = f"the median of the previous {sd['window']}"
-    return (f"{med} by more than {sd['loss_mads']:g} x 1.4826 MAD of those steps" if sd.get("loss_mads") else
+    return (f"{med} by more than {sd['loss_mads']:g} x 1.4826 MAD of those steps" if sd.get("loss_mads") is not None else
             f"{factor.format(sd['loss_factor'])} x {med}")
 
 

@@ -155,7 +155,7 @@ def collect(a, scan_recs, meas_recs, point):
     return {"settings": settings, "measurement_point": dict(zip(("lr", "depths", "why"), point)),
             "spike_definition": {"window": a.spike_window, "loss_factor": 1 + a.loss_spike_pct / 100,
                                  "grad_factor": a.grad_spike_x, "first_counted_step_index": a.spike_window,
-                                 **({"loss_mads": a.loss_spike_mads} if a.loss_spike_mads else {})},
+                                 **({"loss_mads": a.loss_spike_mads} if a.loss_spike_mads is not None else {})},
             "scan": [r for r in scan_recs if r], "runs": [r for r in meas_recs if r]}
 
 
