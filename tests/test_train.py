@@ -107,8 +107,13 @@ def _cmd(*args):
 def test_killed_run_resumes_exactly(cache, text_dir, tmp_path):
     """SIGKILL a run mid-way (in its second stage), resume it, and compare every step's loss
     with an uninterrupted run: same data order, same losses (CPU, bit-for-bit up to printing)."""
+    killed_run_resumes_exactly(cache, text_dir, tmp_path, [])
+
+
+def killed_run_resumes_exactly(cache, text_dir, tmp_path, flags):
+    """The check of test_killed_run_resumes_exactly, for a run with TINY + flags (tests/test_gpu.py: on CUDA)."""
     env = dict(os.environ, PRELUDE_CACHE=str(cache))
-    common = ["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "8", "--eval-interval", "2"] + TINY
+    common = ["--stages", f"text:{text_dir},text:{text_dir}", "--iters", "8", "--eval-interval", "2"] + TINY + flags
     full, cut = tmp_path / "full", tmp_path / "cut"
     subprocess.run(_cmd(*common, "--out", str(full)), env=env, check=True, capture_output=True)
     proc = subprocess.Popen(_cmd(*common, "--out", str(cut)), env=env,
