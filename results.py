@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from experiments.lib.claims import RULE, cell, counts, table  # noqa: E402
-from experiments.lib.common import write_text  # noqa: E402
+from data.common import atomic_write_bytes  # noqa: E402
 from experiments.lib.provenance import provenance_line  # noqa: E402
 from flags import ArgumentParser  # noqa: E402
 
@@ -129,8 +129,8 @@ def main(argv=None):
             sys.exit(1)
         print("RESULTS.md and the README's table match the reports")
         return
-    write_text(ROOT / "RESULTS.md", page)
-    write_text(readme_path, readme)
+    atomic_write_bytes(ROOT / "RESULTS.md", page.encode())  # a temporary name, then a rename
+    atomic_write_bytes(readme_path, readme.encode())
     print(f"wrote RESULTS.md and the README's table ({', '.join(stale) or 'no change'})")
 
 

@@ -10,10 +10,9 @@ unique tokens of music; AR with a tuned strong weight decay (wd) against the sam
     python experiments/data_constrained.py --report-only --out DIR  # rebuild from DIR/runs, or DIR/report.json alone
     python experiments/data_constrained.py --reuse experiments/results/data_constrained  # train only what it lacks
 
-Phases (a run is train.py in OUT/runs/<name>, its name its configuration: skipped when finished, resumed, or taken
-from --reuse DIR's report.json, made with the same SAME settings):
-0. (authors) the scan (experiments/lib/data_constrained_scan.py) chooses the sizes, budgets and epochs.
-1. the decay sweep per size at U0: the lowest mean loss over its seeds is the size's strong decay.
+Phases (a run is train.py in OUT/runs/<name>: skipped when finished, resumed, or taken from --reuse DIR's report):
+0. (authors) the scan (lib/data_constrained_scan.py) chooses the sizes, budgets and epochs. 1. the decay sweep
+per size at U0: the lowest mean loss over its seeds is the size's strong decay.
 2. the grid: sizes x budgets x methods (METHOD_RUN), seeds_small_u seeds at U <= small_u; MDLM (mdlm_seeds seeds,
    mdlm_epochs epochs, lr x mdlm_lr_ratio) on the mdlm_budgets smallest budgets.
 3-4. every final checkpoint on the whole validation split (MDLM: its NLL bound); evaluate.py; the
@@ -27,7 +26,6 @@ where their AR from 257M up runs at 1e-3 (all5models_baseline.sh:23-25): ours at
 
 import argparse
 import copy
-import json
 import math
 import os
 import re
@@ -44,7 +42,7 @@ from experiments.lib import data_constrained_report as rep  # noqa: E402
 from experiments.lib import data_constrained_scan as sc  # noqa: E402
 from experiments.lib.provenance import Provenance  # noqa: E402
 from experiments.lib.common import (Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
-                                    read_summary, run_sweep, write_json)
+                                    read_summary, reused_report, run_sweep, write_json)
 from evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import ArgumentParser, parse_args as train_parse_args  # noqa: E402
 
@@ -124,9 +122,7 @@ SAME = ("stage", "subset", "block_size", "batch_size", "warmup_frac", "mir_lambd
 
 def reused(folder, a):
     """DIR's report.json and {name: record} of the scan, sweep and grid runs it holds finished (its SAME settings ours)."""
-    if not (path := Path(folder) / "report.json").exists():
-        raise UserError(f"--reuse {folder}: no report.json there; give the folder of an earlier report")
-    old = json.loads(path.read_text())
+    old = reused_report(folder)
     if bad := [f"{k} {old['settings'].get(k)!r} (here {getattr(a, k)!r})" for k in SAME
                if old["settings"].get(k) != getattr(a, k)]:
         raise UserError(f"--reuse {folder}: its runs were made with other settings ({', '.join(bad)}); give a report "

@@ -13,11 +13,10 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py --preset paper --plan  # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
 
-Every pre-training stage is its own train.py run, once per (width, seed), and every prose stage a run of
-its own that starts from it (--init-from): one music run (3N chunks) serves music, volume-large, the
-ablations and the ladder's poetry stage. The runs go in waves (pre-training, continuations, prose) through
-common.run_sweep; a finished run is skipped (resume). Every prose run is stage 0 of its own run, so at one
-seed every condition sees the same prose batches, evaluated after each prose epoch. Budgets (PRESETS): prose
+Every pre-training stage is a train.py run, once per (width, seed), and every prose stage a run that starts
+from it (--init-from; one music run of 3N chunks serves music, volume-large, the ablations and the ladder's
+poetry), in waves through common.run_sweep (finished runs skipped). Every prose run is stage 0 of its own run,
+so at one seed every condition sees the same prose batches, evaluated after each prose epoch. Budgets (PRESETS): prose
 = the first --prose-tokens training tokens for --prose-epochs epochs; music on N (volume-small) or 3N
 --music-chunks (the paper's 12k : 36k); compute-matched = prose only for as many steps as the whole ladder;
 the long pair until --patience epochs bring no new best (at most --long-epochs), its ppl_final the best.

@@ -17,15 +17,12 @@ The default: HAYSTACK after no pre-training, Dyck and shuffled Dyck, 3 seeds; th
 500,000 records. `--cells table`: the paper's six claims (TABLE), each cell with its own baseline;
 --cells makes any other (multiplication: their 4-layer d = 512 model at batch 64).
 
-Runs live in OUT/runs/<name>/; a finished run is skipped and an interrupted one resumes from its last
-checkpoint, so a stopped sweep goes on where it stopped. The pre-training runs go first, then the merges,
-then every diagnostic run, seed by seed. The claims, the rule that reads them and the report:
-experiments/lib/procedural_claims.py, experiments/lib/claims.py, experiments/lib/procedural_report.py.
-The table preset that made experiments/results/procedural-table is no longer run; --report-only rebuilds it.
+Runs live in OUT/runs/<name>/ (a finished run is skipped, an interrupted one resumed): pre-training first, then
+the merges, then the diagnostics, seed by seed. Claims and report: lib/procedural_claims.py, lib/procedural_report.py.
+The table preset of experiments/results/procedural-table is no longer run; --report-only rebuilds it.
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -35,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
 from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
 from experiments.lib import common  # noqa: E402
-from experiments.lib.provenance import Provenance, kept_provenance  # noqa: E402
+from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
 from experiments.lib import procedural_authors as pa  # noqa: E402
-from data.common import UserError, atomic_write_bytes  # noqa: E402
+from data.common import UserError  # noqa: E402
 
 # the six claims of the paper's diagnostic table, each cell (task:row[:transfer]) with its own baseline
 TABLE = ("haystack:none,haystack:dyck,haystack:dyck-shuffled,haystack:dyck:attn,haystack:dyck:mlp,"
@@ -92,8 +89,8 @@ def parse_args(argv=None):
     a.kinds += [k for mg in a.merges for k in mg if k not in a.kinds]   # a merge's models are pre-trained too
     a.controls = pick(lambda t, r, m: [pa.base_kind(r)] if r.endswith(pa.SHUFFLED) else [])
     a.out = Path(a.out or ("out/procedural-quick" if a.quick else "out/procedural"))
-    if a.reuse and not (Path(a.reuse) / "report.json").exists():
-        raise UserError(f"--reuse {a.reuse}: no report.json there; give the folder of an earlier report")
+    if a.reuse:
+        common.reused_report(a.reuse)  # a one-line error where DIR holds no report.json
     check(a)
     return a
 
@@ -159,9 +156,8 @@ def main(argv=None):
         text = report.rebuild(a.out)
     else:
         a.out.mkdir(parents=True, exist_ok=True)
-        if a.reuse and not (a.out / "provenance.json").exists():  # the reused runs' invocations come first
-            old = json.loads((Path(a.reuse) / "report.json").read_text()).get("provenance") or {}
-            atomic_write_bytes(a.out / "provenance.json", json.dumps(old.get("invocations", []), indent=1).encode())
+        if a.reuse:
+            inherit_invocations(a.out, common.reused_report(a.reuse))
         provenance = (kept_provenance(a.out) if a.report_only else
                       Provenance(a.out, argv).finish(runs_trained=pa.run_all(a)))
         text = report.render(a, report.collect(a, runs), len(runs), a.out, provenance)

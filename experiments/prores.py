@@ -8,27 +8,21 @@ Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alph
     python experiments/prores.py --quick            # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --preset depth     # an lr x depth scan of the baselines, then 5 placements there
     python experiments/prores.py --preset pilot     # T = 100 steps a layer, 10,000 steps, L 8 / 48, one seed
-    python experiments/prores.py --preset pilot --set seeds=3   # the same grid at 3 seeds (seed 0 reused)
+    python experiments/prores.py --preset pilot --set seeds=3 --reuse experiments/results/prores-pilot  # 3 seeds
     python experiments/prores.py --preset warmup    # the breakdown's Post-LN baselines, a 200-step lr warm-up
     python experiments/prores.py --report-only --out experiments/results/prores   # rebuild from report.json
-    python experiments/prores.py --set n_embd=64 iters=2000   # any preset entry
 
-Presets (PRESETS below) are data: every setting of every run. The measurement trains each placement in
---norms, baseline and + ProRes (the preset's `arms`), at each depth, seeds 0..N-1 (a seed's two arms share initial weights and
-batches, so they are compared paired). ProRes' ramp puts the deepest layer fully on at ramp_frac of the run
-(T = ramp_frac x iters / L steps a layer; the authors' T L = 48k of 100k steps at 48-96 layers).
-The depth preset first scans the baselines (seed 0) over scan_lrs x scan_depths and measures at the point
-choose() picks: the smallest lr >= auto_min_lr where a baseline degrades with depth (its final val loss
-more than `margin` above its own at the shallowest depth, or failed: diverged, or within stuck_margin of
-the unigram loss), at the shallowest depth and each baseline's first depth in trouble.
-
-Settings follow the authors' code (dandingsky/ProRes): plain N(0, 0.02) init (modeling_llama.py:540),
-DeepNet's for the DeepNorm baseline (lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip
-1.0, WSD with 2% warmup and a linear decay to 0 over the last 10% (training_utils.py:75-110); the `music`
-stage keeps compute in depth rather than in a large LM head. Each run logs the residual stream's RMS after
-every block at its evaluations. The claims and how they are read: lib/prores_claims.py; the report:
-lib/prores_report.py. Runs live in OUT/runs/<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>/: a
-finished run is skipped, an interrupted one resumes from its checkpoint.
+Presets (PRESETS below; --set KEY=VALUE changes any entry) are every setting of every run: each placement in
+--norms, baseline and + ProRes (`arms`), at each depth, seeds 0..N-1 (a seed's arms share initial weights and
+batches: paired). ProRes' ramp puts the deepest layer on at ramp_frac of the run (T = ramp_frac x iters / L steps
+a layer; the authors' T L = 48k of 100k steps at 48-96 layers), or takes prores_T. The depth preset first scans
+the baselines (seed 0, scan_lrs x scan_depths) and measures where choose() finds one in trouble with depth.
+Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540), DeepNet's for
+the DeepNorm baseline (lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2%
+warm-up and a linear decay to 0 over the last 10% (training_utils.py:75-110); `music` keeps compute in depth,
+not in a large LM head. Claims: lib/prores_claims.py; report: lib/prores_report.py. Runs live in
+OUT/runs/<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>/: a finished run is skipped, an interrupted one
+resumes from its checkpoint.
 """
 
 import argparse
@@ -42,10 +36,9 @@ from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
 from data.common import UserError  # noqa: E402
 from experiments.lib import prores_report as rep  # noqa: E402
-from experiments.lib.provenance import Provenance  # noqa: E402
-from experiments.lib.common import (add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
-                                    run_sweep)
-from experiments.lib.prores_runs import ARMS, measure_runs, scan_runs  # noqa: E402
+from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
+from experiments.lib.common import add_sweep_args, is_finished, main_guard, pace_line, reused_report, run_sweep  # noqa
+from experiments.lib.prores_runs import ARMS, measure_runs, scan_runs, train_argv  # noqa: E402
 import model  # noqa: E402
 
 COMMON = dict(stage="music", n_embd=32, n_head=4, batch_size=16, block_size=64, init="plain", schedule="wsd",
@@ -86,6 +79,7 @@ def parse_args(argv=None):
     p.add_argument("--norms", help=f"comma-separated norm placements, from {', '.join(model.NORMS)}")
     p.add_argument("--stage", help="train.py stage (tests: music-synthetic)")
     p.add_argument("--train-args", help="extra train.py flags for every run, one string")
+    p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds with the same flags, untrained")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="any other preset entry, the value in JSON: n_embd=64 scan_lrs=[1e-3,4e-3]")
     a = p.parse_args(argv)
@@ -126,7 +120,9 @@ def parse_args(argv=None):
 
 
 def choose(a, scan):
-    """(lr*, [L*], lines): the module docstring's rule applied to the scan's records."""
+    """(lr*, [L*], lines) from the scan's records: the smallest lr >= auto_min_lr where a baseline degrades with
+    depth (final val loss more than `margin` above its own at the shallowest depth, or failed: diverged, or within
+    stuck_margin of the unigram loss); measured at the shallowest depth and each baseline's first in trouble."""
     by, L0, lines = {(r["norm"], r["lr"], r["depth"]): r for r in scan}, a.scan_depths[0], []
     for lr in [x for x in a.scan_lrs if x >= a.auto_min_lr - 1e-12]:
         hits = []
@@ -157,8 +153,17 @@ def measurement_point(a, scan):
     if "auto" not in (a.lr, a.depths):
         return a.lr, a.depths, []
     lr, ds, lines = choose(a, [r for r in scan if r])
-    return (lr if a.lr == "auto" else a.lr), (sorted({a.scan_depths[0], *ds}) if a.depths == "auto" else a.depths), \
-        lines
+    return (lr if a.lr == "auto" else a.lr), (sorted({a.scan_depths[0], *ds}) if a.depths == "auto" else a.depths), lines
+
+
+def reused(a, runs):
+    """{name: record} of the RUNS --reuse DIR's report holds, made with their train.py flags (rebuilt from its
+    settings, COMMON's where it lacks one); spikes recounted by this preset's rule, or the same rule kept."""
+    old = reused_report(a.reuse) if a.reuse else {"runs": []}
+    was, rule = argparse.Namespace(**{**COMMON, **old.get("settings", {})}), rep.spike_definition(a)
+    recs = {r["name"]: r for r in old["runs"] if "loss" in r or old["spike_definition"] == rule}
+    return {r.name: dict(recs[r.name], reused=a.reuse, **rep.spikes(a, recs[r.name])) for r in runs if r.name in recs
+            and r.argv == train_argv(was, *(r.meta[k] for k in ("norm", "prores", "depth", "lr", "seed", "iters")))}
 
 
 def cpu_s(run):
@@ -170,7 +175,8 @@ def plan(a):
     phases = [("scan", scan_runs(a))] if a.scan else []
     phases += [("measurement", measure_runs(a, a.lr, a.depths))] if "auto" not in (a.lr, a.depths) else []
     for name, runs in phases:
-        todo = [r for r in runs if not is_finished(r.folder)]
+        old = reused(a, runs)
+        todo = [r for r in runs if not is_finished(r.folder) and r.name not in old]
         print("\n".join(f"  {r.name:<36} {r.meta.get('iters', '')} steps  ~{cpu_s(r) / 60:5.1f} min" for r in runs))
         print(f"{name}: {len(runs)} runs ({len(runs) - len(todo)} finished), ~{sum(map(cpu_s, todo)) / 60 / a.jobs:.0f}"
               f" min with --jobs {a.jobs}")
@@ -184,7 +190,9 @@ def main(argv=None):
     if a.plan:
         return plan(a)
     a.out.mkdir(parents=True, exist_ok=True)
-    if a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
+    if a.reuse:
+        inherit_invocations(a.out, reused_report(a.reuse))
+    if a.report_only and not a.reuse and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
         records = rep.read_records(a.out)
         if records is None:
             raise UserError(f"no finished runs in {a.out / 'runs'} and no {a.out / 'report.json'}: "
@@ -197,10 +205,11 @@ def main(argv=None):
         scan_recs = rep.analyse(a, scan)
         point = measurement_point(a, scan_recs)
         meas = measure_runs(a, *point[:2])
+        old = reused(a, meas)
         if not a.report_only:
-            trained += len(run_sweep(meas, jobs=a.jobs, threads=a.threads))
+            trained += len(run_sweep([r for r in meas if r.name not in old], jobs=a.jobs, threads=a.threads))
             prov.finish(runs_trained=trained)
-        records = rep.collect(a, scan_recs, rep.analyse(a, meas), point)
+        records = rep.collect(a, scan_recs, [x or old.get(r.name) for r, x in zip(meas, rep.analyse(a, meas))], point)
         if not records["runs"] + records["scan"]:
             raise UserError(f"no finished runs in {a.out / 'runs'}: run without --report-only first")
     print(rep.render(records, a.out))

@@ -260,3 +260,36 @@ def test_one_seed_reads_depth_by_the_margin():
     rows = front_table(recs, 0.1)["lines"]
     assert rows[-1].endswith("| +0.300 (p = n/a) | yes by the 0.1-nat margin (n < 3) |")
     assert front_table(recs, 0.5)["lines"][-1].endswith("no by the 0.5-nat margin (n < 3) |")
+
+
+def test_a_sweep_grown_by_seeds_reuses_the_runs_of_an_earlier_report(cache, tmp_path, capsys):
+    """--reuse DIR: the runs DIR/report.json holds with the same train.py flags are not trained again; their
+    records come over with their spikes recounted by this sweep's rule; DIR's invocations head the provenance.
+    Runs made with other flags are trained afresh; a DIR without a report is one line."""
+    from experiments.lib.common import main_guard
+    grid = ["--preset", "breakdown", "--norms", "pre", "--depths", "1,2", *TINY[:10]]
+    small = [*grid, "--seeds", "1", "--set", *TINY[13:]]
+    one, two = tmp_path / "one", tmp_path / "two"
+    exp.main(small + ["--out", str(one)])
+    first = json.loads((one / "report.json").read_text())
+    grown = [*grid, "--seeds", "2", "--out", str(two), "--reuse", str(one), "--set", *TINY[13:], "loss_spike_mads=0.5"]
+    exp.main(grown + ["--plan"])
+    assert "measurement: 8 runs (4 finished)" in capsys.readouterr().out
+    exp.main(grown)
+    rep = json.loads((two / "report.json").read_text())
+    assert sorted(p.name for p in (two / "runs").iterdir()) == sorted(r["name"] for r in rep["runs"] if r["seed"] == 1)
+    assert rep["provenance"]["runs_trained"] == 8 and len(rep["provenance"]["invocations"]) == 2
+    assert rep["provenance"]["invocations"][0] == first["provenance"]["invocations"][0]
+    old = {r["name"]: r for r in first["runs"]}
+    for r in (r for r in rep["runs"] if r["seed"] == 0):
+        assert r["reused"] == str(one) and r["val_loss"] == old[r["name"]]["val_loss"] and r["loss"] == old[r["name"]]["loss"]
+        assert r["loss_spikes"] == len(spike_steps(r["loss"], 2, 1.1, 0.5))
+    assert "(4 of them from " in (two / "report.md").read_text()
+    other = tmp_path / "other"  # another width: nothing of ONE's is the same run
+    exp.main([*grid, "--seeds", "1", "--out", str(other), "--reuse", str(one), "--set", *TINY[13:], "n_embd=12",
+              "--plan"])
+    assert "measurement: 4 runs (0 finished)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main_guard(lambda: exp.main([*grid, "--out", str(other), "--reuse", str(tmp_path / "none")]))
+    err = capsys.readouterr().err
+    assert "--reuse" in err and "no report.json there" in err and err.count("\n") == 1

@@ -97,8 +97,7 @@ def welch(treat, base, lower_is_better=True):
     p = None
     if len(a) >= 2 and len(b) >= 2 and (statistics.pstdev(a) > 0 or statistics.pstdev(b) > 0):
         p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    return _ruled({"test": "Welch", "diff": diff, "p": p, "n": [len(a), len(b)]},
-                  min(len(a), len(b)), lower_is_better)
+    return _ruled({"test": "Welch", "diff": diff, "p": p, "n": [len(a), len(b)]}, min(len(a), len(b)), lower_is_better)
 
 
 def paired(treat, base, lower_is_better=True):

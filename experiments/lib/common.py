@@ -1,8 +1,6 @@
 """
-What every experiment script shares: running a sweep of train.py runs (each in its own folder,
-skipped when finished, resumed when interrupted, optionally several at once), reading their
-results back, and writing reports. Provenance: experiments/lib/provenance.py; the statistics and the
-reading rule: experiments/lib/claims.py.
+What every experiment script shares: a sweep of train.py runs (each in its own folder, skipped when finished,
+resumed when interrupted, several at once), reading their results back, writing reports.
 
     runs = [Run("ladder-d32-s0", out / "runs" / "ladder-d32-s0", ["--stages", "music,prose", ...]), ...]
     run_sweep(runs, jobs=2)              # two runs at a time, one thread each
@@ -80,6 +78,13 @@ def add_sweep_args(p, default_out):
     p.add_argument("--report-only", action="store_true",
                    help="no training: rebuild the report from the finished runs in OUT/runs, or, where there are "
                         "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")
+
+
+def reused_report(folder):
+    """--reuse DIR's report.json, parsed; a one-line error where DIR holds none."""
+    if not (path := Path(folder) / "report.json").exists():
+        raise UserError(f"--reuse {folder}: no report.json there; give the folder of an earlier report")
+    return json.loads(path.read_text())
 
 
 def threads_per_run(jobs, threads):
@@ -241,14 +246,9 @@ def settings_json(a):
 
 def write_report(out, text, *, source, regime, figures, verdicts, provenance, **rest):
     """OUT/report.md (text) and OUT/report.json: first the keys results.py reads, then the report's own."""
-    write_text(Path(out) / "report.md", text)
+    atomic_write_bytes(Path(out) / "report.md", text.encode())  # a temporary name, then a rename
     write_json(Path(out) / "report.json", {"source": source, "regime": regime, "figures": figures,
                                             "verdicts": verdicts, "provenance": provenance, **rest})
-
-
-def write_text(path, text):
-    """Write a report through a temporary name and a rename (never half a file)."""
-    atomic_write_bytes(path, text.encode())
 
 
 def save_figure(fig, path):

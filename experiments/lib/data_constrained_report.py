@@ -18,9 +18,9 @@ import scaling
 from experiments.lib import data_constrained_claims as dcc
 from experiments.lib.claims import RULE, fmt_mean_std, mean_std, read_all, table
 from experiments.lib.provenance import kept_provenance, provenance_line
-from experiments.lib.common import (pyplot, read_events, read_summary, save_figure, settings_json,
-                                    write_report, write_text)
+from experiments.lib.common import pyplot, read_events, read_summary, save_figure, settings_json, write_report
 from experiments.lib.data_constrained_tokens import per_token
+from data.common import atomic_write_bytes
 from evaluate import evaluate_run
 
 SOURCE = {"arxiv": "2606.06888",
@@ -168,7 +168,8 @@ def render(records, out):
     recs = dcc.records({"runs": records["runs"], "law_errors": le, "multipliers": mult})
     verdicts = read_all(dcc.CLAIMS, recs, {c.claim: note for c in dcc.CLAIMS if c.metric == "log_m"})
     for method in [None] + a.methods:  # runs.csv, runs-<method>.csv
-        write_text(out / (f"runs-{method.replace('+', '_')}.csv" if method else "runs.csv"), csv_text(done(records, method)))
+        atomic_write_bytes(out / (f"runs-{method.replace('+', '_')}.csv" if method else "runs.csv"),
+                           csv_text(done(records, method)).encode())
     text = "\n".join(
         [f"# Data-constrained pre-training: MIR, strong decay, masked diffusion, scaling laws{' (--quick)' * a.quick}",
          "", provenance_line(prov), "", f"Xu et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}.",

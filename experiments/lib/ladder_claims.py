@@ -4,9 +4,8 @@ records by experiments/lib/claims.py; and its six contributions, each with the c
 
 The paper (section "Results": 5 seeds, WikiText-103 after MAESTRO piano performances, d in {16, 32, 64}):
 music, then poetry, before prose lowers prose perplexity, 349.0 (ladder) vs 373.2 (music only) vs 423.0
-(random init). Every claim is read in prose validation perplexity (lower is better), width by width.
-Every prose run is stage 0 of its own train.py run, so at one seed every condition sees the same prose
-batches in the same order: the arms pair by seed (the paired t-test over the seeds both arms have).
+(random init). Every claim is read in prose validation perplexity (lower is better), width by width, the
+arms paired by seed (at one seed every condition sees the same prose batches: experiments/ladder.py).
 A record: {"condition", "width", "seed", "ppl_first_epoch", "ppl_final", ...} (experiments/ladder.py).
 """
 

@@ -8,8 +8,7 @@ against MLP-only) and weight merging, and its semantic regimes (additive, substi
 follow the authors' code, github.com/zlshinnick/procedural-pretraining: downstream/algorithmic_tasks/
 experiment_stream.py and task_*.py (their token-level accuracy: compute_metrics, the positions whose input
 is an answer token), downstream/utils.py (the transfer modes). A claim is read where a report has both of
-its arms, else "not measured": the default's report (HAYSTACK: none, dyck, dyck-shuffled) reads two, the
-table preset's archive (experiments/results/procedural-table) all nine.
+its arms, else "not measured".
 
 Every condition at one seed sees the same task batches (train.py draws each step's batch from [seed, stage,
 step] and the test records from --data-seed alone), so the arms pair by seed (the claims' default pair_by).

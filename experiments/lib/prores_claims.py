@@ -10,10 +10,8 @@ batches (train.py draws them from the seed), so every comparison is paired by se
 The depth claims read two things: does the baseline degrade with depth (each seed's baseline at depth L
 against the same seed's baseline at the shallowest depth L0: derived records of arm "baseline at L0"),
 and, where it clearly does (`degrades`, set on both arms' records at that depth by the same rule), is
-ProRes better than the baseline there. The arms follow the authors' code (dandingsky/ProRes): plain
-N(0, 0.02) init, DeepNet's for the DeepNorm baseline (peft_pretraining/modeling_llama.py:539-554), LNS
-as their `lns` (`lns-init` here: norm weights from 1/sqrt(l), modeling_llama.py:289-293, 308-313), the ramp
-(torchrun_main.py:362-385).
+ProRes better than the baseline there. The arms are the authors' (dandingsky/ProRes; experiments/prores.py):
+LNS is their `lns` (`lns-init` here: norm weights from 1/sqrt(l), modeling_llama.py:289-293, 308-313).
 """
 
 from dataclasses import replace
@@ -58,13 +56,8 @@ def pooled(claim, paper, metric, note, fmt="{:.1f}", **flt):
 
 
 CLAIMS = [
-    lower_loss(("pre",), "Pre-LN"),
-    lower_loss(("post",), "Post-LN"),
-    lower_loss(OTHERS, "Sandwich-LN, DeepNorm and LNS"),
-    degrades("pre", "Pre-LN"),
-    prevents("pre", "Pre-LN"),
-    degrades("post", "Post-LN"),
-    prevents("post", "Post-LN"),
+    lower_loss(("pre",), "Pre-LN"), lower_loss(("post",), "Post-LN"), lower_loss(OTHERS, "Sandwich-LN, DeepNorm and LNS"),
+    degrades("pre", "Pre-LN"), prevents("pre", "Pre-LN"), degrades("post", "Post-LN"), prevents("post", "Post-LN"),
     pooled("ProRes has fewer loss spikes", "almost no loss spikes", "loss_spikes", "steps whose loss exceeds {loss}"),
     pooled("ProRes has fewer gradient spikes", "almost no gradient spikes", "grad_spikes",
            "steps whose gradient norm exceeds {grad}"),

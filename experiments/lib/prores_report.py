@@ -13,6 +13,7 @@ for the figures, the per-step curves of the first seed only.
 import argparse
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,7 @@ import numpy as np
 from experiments.lib import prores_claims
 from experiments.lib.claims import MIN_N, RULE, compare, fmt_mean_std, fmt_p, read_all, table
 from experiments.lib.provenance import kept_provenance, provenance_line
-from experiments.lib.common import (pyplot, read_events, read_summary,
-                                    save_figure, settings_json, write_report)
+from experiments.lib.common import pyplot, read_events, read_summary, save_figure, settings_json, write_report
 from experiments.lib.prores_runs import arm_flags, prores_T, warmup_iters
 from prores import ramp_steps
 
@@ -31,7 +31,6 @@ NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnor
 COLORS = {"pre": "tab:blue", "post": "tab:red", "sandwich": "tab:green", "deepnorm": "tab:purple",
           "lns": "tab:brown", "lns-init": "tab:orange"}
 CURVES = ("logged_steps", "loss", "grad_norm", "act_rms_steps", "act_rms_curve", "val_steps", "val_curve")  # seed 0's
-DROPPED = ("lr_curve", "act_fit_curve")
 RECORD_KEYS = ("settings", "measurement_point", "spike_definition", "scan", "runs")
 FIGURES = {"breakdown.png": "final val loss against depth, every seed", "curves.png": "seed 0: training loss "
            "(10-step mean), gradient norm and RMS after the last block", "activation_norms.png": "RMS of the residual "
@@ -103,13 +102,11 @@ def analyse_run(a, run, data):
              val_loss=st.get("val_loss"), train_loss=st.get("train_loss"), seconds=s["seconds"] if s else None,
              best_val_loss=st.get("best_val_loss") or min((e["val_loss"] for e in ev), default=None),
              steps=st.get("iters", run.meta["iters"]), logged_steps=[e["iter"] for e in tr], loss=loss, grad_norm=gn,
-             loss_spikes=len(spike_steps(loss, a.spike_window, 1 + a.loss_spike_pct / 100, a.loss_spike_mads)),
-             grad_spikes=len(spike_steps(gn, a.spike_window, a.grad_spike_x)), max_grad_norm=max(gn, default=None),
-             max_grad_norm_step=tr[int(np.argmax(gn))]["iter"] if gn else None,
+             max_grad_norm=max(gn, default=None), max_grad_norm_step=tr[int(np.argmax(gn))]["iter"] if gn else None,
              act_rms_steps=[e["iter"] for e in ev if e.get("act_rms")],
              act_rms_curve=[e["act_rms"] for e in ev if e.get("act_rms")], prores_T=run.meta["T"],
              val_steps=[e["iter"] for e in ev], val_curve=[e["val_loss"] for e in ev])
-    r["diverged_at"] = len(tr) if r["diverged"] else None
+    r.update(spikes(a, r), diverged_at=len(tr) if r["diverged"] else None)
     r["failed"] = r["diverged"] or r["val_loss"] is None or r["val_loss"] >= r["unigram_loss"] - a.stuck_margin
     try:
         rms = activation_rms(stage_model(run.folder, 0, args.stages)[0], data.batch)
@@ -119,19 +116,20 @@ def analyse_run(a, run, data):
     return settle(r, args.warmup_iters, a.stuck_margin)
 
 
+def spikes(a, r):
+    """A record's loss and gradient spikes by the preset's rule, counted on its per-step curves ({} without)."""
+    return dict(loss_spikes=len(spike_steps(r["loss"], a.spike_window, 1 + a.loss_spike_pct / 100, a.loss_spike_mads)),
+                grad_spikes=len(spike_steps(r["grad_norm"], a.spike_window, a.grad_spike_x))) if "loss" in r else {}
+
+
 def analyse(a, runs):
     data = Data()
     return [analyse_run(a, run, data) for run in runs]
 
 
 def settle(r, warmup_iters, stuck_margin, curves=True):
-    """A run's record as report.json keeps it, filling in the derived numbers an older record lacks
-    (from its own curves: the depth archive's keep the embeddings' RMS first in act_rms and the logged
-    steps in `steps`); without `curves` the per-step curves are dropped. Idempotent."""
-    if isinstance(r.get("steps"), list):
-        r["logged_steps"], r["steps"] = r["steps"], r["iters"]
-    if r.get("act_rms") and "embed_rms" not in r:
-        r["embed_rms"], r["act_rms"] = r["act_rms"][0], r["act_rms"][1:]
+    """A run's record as report.json keeps it, with the numbers derived from its curves; without `curves` the
+    per-step curves are dropped. Idempotent."""
     rms = stream_rms(r)
     r.setdefault("act_growth", rms[-1] / rms[1] if rms and len(rms) > 1 else None)
     r.setdefault("act_fit", growth_fit(rms))
@@ -140,7 +138,7 @@ def settle(r, warmup_iters, stuck_margin, curves=True):
                                                if t > warmup_iters), default=None)
     r.setdefault("failure", "nan" if r["val_loss"] is None else
                  "stuck" if r["val_loss"] >= r["unigram_loss"] - stuck_margin else None)
-    return {k: v for k, v in r.items() if k not in DROPPED and (curves or k not in CURVES)}
+    return {k: v for k, v in r.items() if curves or k not in CURVES}
 
 
 def read_records(out):
@@ -153,10 +151,14 @@ def collect(a, scan_recs, meas_recs, point):
     """The records a report is rendered from: the settings, the measurement point, the spike rule, the runs."""
     settings = {k: v for k, v in settings_json(a).items() if k not in ("report_only", "plan")}
     return {"settings": settings, "measurement_point": dict(zip(("lr", "depths", "why"), point)),
-            "spike_definition": {"window": a.spike_window, "loss_factor": 1 + a.loss_spike_pct / 100,
-                                 "grad_factor": a.grad_spike_x, "first_counted_step_index": a.spike_window,
-                                 **({"loss_mads": a.loss_spike_mads} if a.loss_spike_mads is not None else {})},
-            "scan": [r for r in scan_recs if r], "runs": [r for r in meas_recs if r]}
+            "spike_definition": spike_definition(a), "scan": [r for r in scan_recs if r],
+            "runs": [r for r in meas_recs if r]}
+
+
+def spike_definition(a):
+    return {"window": a.spike_window, "loss_factor": 1 + a.loss_spike_pct / 100, "grad_factor": a.grad_spike_x,
+            "first_counted_step_index": a.spike_window,
+            **({"loss_mads": a.loss_spike_mads} if a.loss_spike_mads is not None else {})}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,8 +193,7 @@ def front_table(recs, margin):
         diff = lambda x: "-" if x is None else f"{x['diff']:+.3f} ({fmt_p(x['p'])})"  # noqa: E731
         fails = [f"{sum(r['failed'] for r in arm[pr])}/{len(arm[pr])}" for pr in (False, True)]
         cells = [label(norm, False), str(d), fmt_mean_std([r["val_loss"] for r in arm[False]])]
-        cells += ([fmt_mean_std([r["val_loss"] for r in arm[True]]), " / ".join(fails), diff(c)] if both
-                  else fails[:1])
+        cells += [fmt_mean_std([r["val_loss"] for r in arm[True]]), " / ".join(fails), diff(c)] if both else fails[:1]
         few = deg is not None and min(np.atleast_1d(deg["n"])) < MIN_N  # one seed: the margin, not a test
         cells += [diff(deg), "(reference)" if deg is None else f"{'yes' if deg['diff'] > margin else 'no'} by the "
                   f"{margin:g}-nat margin (n < {MIN_N})" if few else "yes" if got["baseline"][0]["degrades"] else "no"]
@@ -281,11 +282,13 @@ def render(records, out):
                               **stuck_notes(recs, warmup)})
     prov = kept_provenance(out)
     front, reg = front_table(recs, a.margin), regime(a, lr, depths)
-    train_s = sum(r["seconds"] or 0 for r in {r["name"]: r for r in recs + srecs}.values())
+    train_s, kept = sum(r["seconds"] or 0 for r in {r["name"]: r for r in recs + srecs}.values()), Counter(
+        f"{r['reused']}/report.json" for r in recs if r.get("reused"))  # --reuse: runs an earlier report holds
     lines = [f"# ProRes: {'depth scan, then ' if a.scan else ''}baselines{' and ProRes' * (True in arm_flags(a))} at depth"
              f"{' (--quick)' if a.quick else ''} (preset `{a.preset}`)", "", provenance_line(prov), "",
              f"Chen et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}.", "", reg, "",
-             f"Training: {train_s / 60:.1f} min summed over runs. `--init {a.init}` (the DeepNorm baseline: DeepNet's "
+             f"Training: {train_s / 60:.1f} min summed over runs" + "".join(f" ({n} of them from `{f}`)" for f, n in
+             kept.items()) + f". `--init {a.init}` (the DeepNorm baseline: DeepNet's "
              f"init, as the authors'), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, `--schedule {a.schedule}` (warmup "
              f"{a.warmup_frac:g} of the run, decay over the last {a.decay_frac:g} to {a.min_lr:g}). A run failed if it "
              f"diverged or ended within {a.stuck_margin:g} nats of the unigram loss. A loss spike: a step whose loss "
@@ -325,6 +328,17 @@ def panels(plt, n_rows, n_cols, name, out, draw, ylabels, logy=()):
     return name
 
 
+def depth_axis(ax, unigram_loss, depths, title):
+    """A panel of final loss against depth: the unigram loss, log-spaced depth ticks, its legend and titles."""
+    ax.axhline(unigram_loss, color="gray", ls=":", label="unigram")
+    ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.legend(fontsize=7)
+    ax.set_xticks(depths, [str(d) for d in depths], minor=False)
+    ax.set_title(title)
+    ax.set_xlabel("layers")
+
+
 def plot(a, srecs, recs, depths):
     """The PNGs, drawn into a.out from the records; returns their names."""
     plt, drawn = pyplot(), []
@@ -340,13 +354,7 @@ def plot(a, srecs, recs, depths):
                 ax.plot(ds, [np.mean([r["val_loss"] for r in rs if r["depth"] == d]) for d in ds], marker="o",
                         **style(n, pr))
                 ax.plot([r["depth"] for r in rs], [r["val_loss"] for r in rs], ".", color=COLORS.get(n), alpha=0.5)
-            ax.axhline(recs[0]["unigram_loss"], color="gray", ls=":", label="unigram")
-            ax.set_xscale("log")
-            ax.minorticks_off()
-            ax.legend(fontsize=7)
-            ax.set_xticks(depths, [str(d) for d in depths], minor=False)
-            ax.set_title(NAMES.get(n, n))
-            ax.set_xlabel("layers")
+            depth_axis(ax, recs[0]["unigram_loss"], depths, NAMES.get(n, n))
         drawn.append(panels(plt, 1, len(a.norms), "breakdown.png", a.out, final, [f"final val loss, {a.iters} steps"]))
 
         def acts(ax, i, j):
@@ -375,8 +383,7 @@ def plot(a, srecs, recs, depths):
             ax.set_xlabel("step")
         drawn.append(panels(plt, 3, len(depths), "curves.png", a.out, curve,
                             ["train loss (10-step mean" + ("; dots: val)" if any(r.get("val_curve") for r in recs) else ")"),
-                             "grad norm (before clipping)", "RMS after the last block"],
-                            (1, 2)))
+                             "grad norm (before clipping)", "RMS after the last block"], (1, 2)))
     if srecs:
         def scan(ax, i, j):
             n = a.scan_norms[j]
@@ -384,13 +391,7 @@ def plot(a, srecs, recs, depths):
                 rs = sorted((r for r in srecs if (r["norm"], r["lr"]) == (n, lr) and not r["diverged"]),
                             key=lambda r: r["depth"])
                 ax.plot([r["depth"] for r in rs], [r["val_loss"] for r in rs], marker="o", label=f"lr {lr:g}")
-            ax.axhline(srecs[0]["unigram_loss"], color="gray", ls=":", label="unigram")
-            ax.set_xscale("log")
-            ax.minorticks_off()
-            ax.legend(fontsize=7)
-            ax.set_xticks(a.scan_depths, [str(d) for d in a.scan_depths], minor=False)
-            ax.set_title(f"{label(n, False)} (diverged runs left out)")
-            ax.set_xlabel("layers")
+            depth_axis(ax, srecs[0]["unigram_loss"], a.scan_depths, f"{label(n, False)} (diverged runs left out)")
         drawn.append(panels(plt, 1, len(a.scan_norms), "scan.png", a.out, scan,
                             [f"final val loss, {a.scan_iters} steps"]))
     return drawn

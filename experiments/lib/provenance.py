@@ -130,6 +130,13 @@ def kept_provenance(out):
     return None
 
 
+def inherit_invocations(out, report):
+    """OUT/provenance.json with a reused report's invocations first (they made the runs --reuse takes)."""
+    path, old = Path(out) / "provenance.json", (report.get("provenance") or {}).get("invocations", [])
+    new = json.loads(path.read_text()) if path.exists() else []
+    atomic_write_bytes(path, json.dumps(old + [e for e in new if e not in old], indent=1).encode())
+
+
 def provenance_line(prov):
     """report.md's header line of a report.json `provenance`."""
     if not prov:
