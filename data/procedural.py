@@ -29,14 +29,14 @@ mask[i, j] = 1 iff token j of row i is a target whose loss counts. Layouts (defa
 non-PAD tokens permuted within each row; the loss mask stays where it was (on the answer span).
 `mixture("dyck+stack", n, seed)` mixes kinds in one shared token space (see `mixture_layout`);
 `load_procedural(spec, cache, ...)` is the loader for the stage `procedural:SPEC`.
-`entropy(kind, shuffled)`: the exact mean entropy per loss-counted token, the floor of the val loss.
+`entropy(kind, shuffled)`: the mean entropy per loss-counted token, the floor of the val loss
+(data/procedural_entropy.py).
 
 Speed (this shared 2-core machine, 100k rows): 0.1-2 s per kind (Dyck shuffle and stack the
 slowest), about 1-2 s more for the shuffled control; the generators loop over positions (stack,
 Dyck, CA rows), never over sequences.
 """
 
-import functools
 import sys
 
 import numpy as np
@@ -297,91 +297,10 @@ def generate(kind, n, seed=0, shuffled=False, **options):
     return tokens.astype(np.uint16), mask
 
 
-def _dyck_entropy(k, length, p_open):
-    """Exact sum over t = 1..S-1 of H(x_t | x_<t) of _dyck's rows, by dynamic programming over the depth d
-    after t tokens (the prefix fixes d and the top type, so it fixes the next token's law):
-        d = 0                      opens, a uniform type:               H = log k
-        0 < d and d + 1 <= r - 1   opens w.p. p (p/k a type), closes:   H = h(p) + p log k
-        otherwise                  the top type closes:                 H = 0
-    with r = S - t tokens left and h the binary entropy."""
-    h_free = -(1 - p_open) * np.log(1 - p_open) - p_open * np.log(p_open / k) if 0 < p_open < 1 else \
-        (np.log(k) if p_open == 1 else 0.0)
-    prob = np.zeros(length + 2)
-    prob[1] = 1.0                                           # x_0 always opens: depth 1 after one token
-    total = 0.0
-    for t in range(1, length):
-        r, d = length - t, np.arange(length + 2)
-        free = (d > 0) & (d + 1 <= r - 1)
-        total += prob[0] * np.log(k) + h_free * prob[free].sum()
-        opens = np.where(d == 0, 1.0, np.where(free, p_open, 0.0)) * prob
-        prob = np.roll(opens, 1) + np.roll(prob - opens, -1)
-    return total
-
-
-def _shuffled_dyck_entropy(k, length):
-    """Exact sum over t = 1..S-1 of H(x_t | x_<t) of shuffle_rows(_dyck rows): H(X) - H(x_0). A Dyck row holds
-    n = S/2 openers whose types are independent and uniform, and each type's closers match its openers, so
-    the counts C ~ Multinomial(n, 1/k) and, given C, the shuffled row is uniform over its S! / prod c_j!^2
-    arrangements:  H(X) = H(C) + E log(S! / prod c_j!^2) = log S! - log n! + n log k - k E[log c!],
-    c ~ Binomial(n, 1/k); and x_0 is uniform over the 2k brackets: H(x_0) = log 2k."""
-    from math import comb, lgamma
-    n = length // 2
-    e_log_fact = sum(comb(n, c) * (1 / k) ** c * (1 - 1 / k) ** (n - c) * lgamma(c + 1) for c in range(n + 1))
-    return lgamma(length + 1) - lgamma(n + 1) + n * np.log(k) - k * e_log_fact - np.log(2 * k)
-
-
-@functools.lru_cache(maxsize=None)
-def _shuffled_eca110_entropy(width, rows):
-    """Exact sum over the loss positions t (the cells of rows 1..; row 0 and the SEPs are not counted) of
-    H(x_t | x_<t) of shuffle_rows(eca110 rows). A row of S = rows (w + 1) - 1 tokens holds rows - 1 SEPs and
-    rows w cells, n1 of them 1: P(n1) by running Rule 110 from every one of the 2^w first rows. Given n1 the
-    shuffled row is uniform over its arrangements, so the prefix enters only by its counts (z zeros, a ones,
-    b SEPs after t tokens): P(z, a, b | n1) = C(c0, z) C(n1, a) C(rows - 1, b) / C(S, t), the posterior of n1
-    is proportional to P(n1) C(c0, z) C(n1, a), and x_t is 1 w.p. E[n1 - a] / (S - t), SEP w.p.
-    (rows - 1 - b) / (S - t)."""
-    from scipy.special import gammaln
-    first = (np.arange(2 ** width)[:, None] >> np.arange(width)) & 1
-    n1 = np.bincount(sum(r.sum(1) for r in _eca110_rollout(first, rows)), minlength=rows * width + 1)
-    p_n1, S, n_sep, cells = n1 / n1.sum(), rows * (width + 1) - 1, rows - 1, rows * width
-    lc = lambda n, k: np.where((k >= 0) & (k <= n), gammaln(n + 1) - gammaln(np.clip(k, 0, None) + 1)  # noqa: E731
-                               - gammaln(np.clip(n - k, 0, None) + 1), -np.inf)
-    c1, log_p = np.arange(cells + 1)[None, :], np.where(p_n1 > 0, np.log(np.where(p_n1 > 0, p_n1, 1)), -np.inf)
-    total = 0.0
-    for t in range(width + 1, S):
-        if t % (width + 1) == width:
-            continue                                            # a SEP position: not a loss target
-        for b in range(min(t, n_sep) + 1):
-            a = np.arange(t - b + 1)[:, None]                    # ones seen; zeros seen z = t - a - b
-            log_w = log_p[None, :] + lc(cells - c1, t - a - b) + lc(c1, a)
-            a, log_w = a[ok := np.isfinite(log_w).any(1)], log_w[ok]  # the prefixes some n1 can give
-            reach = np.exp(log_w + lc(n_sep, b) - lc(S, t)).sum(1)           # P(z, a, b) at t
-            post = np.exp(log_w - log_w.max(1, keepdims=True))
-            post /= post.sum(1, keepdims=True)
-            p = np.stack([np.zeros(len(a)), (post * (c1 - a)).sum(1), np.full(len(a), n_sep - b)], 1) / (S - t)
-            p[:, 0] = 1 - p[:, 1] - p[:, 2]
-            h = -(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0)).sum(1)
-            total += float((reach * h).sum())
-    return total
-
-
 def entropy(kind, shuffled=False, **options):
-    """The exact mean entropy, in nats per token, of the tokens a kind's loss counts, given the tokens
-    before each: the lowest mean val loss any model can reach (S = row length):
-        (1 / (S - 1)) * sum_{t=1}^{S-1} H(x_t | x_<t)      Dyck and its shuffled control (every token after the first)
-        0                                                 the sequence kinds and eca110: the answer is a
-                                                          function of the prompt (row 0)
-        (1 / ((rows - 1) w)) * the sum over the cells of rows 1..   eca110's shuffled control
-    None where it is not derived here (dyck_shuffle, the shuffled sequence kinds)."""
-    o = _options(_check_kind(kind), options)
-    if kind == "dyck":
-        total = _shuffled_dyck_entropy(o["k"], o["length"]) if shuffled else \
-            _dyck_entropy(o["k"], o["length"], o["p_open"])
-        return float(total / (o["length"] - 1))
-    if kind == "eca110" and shuffled:
-        return _shuffled_eca110_entropy(o["width"], o["rows"]) / ((o["rows"] - 1) * o["width"])
-    if kind != "dyck_shuffle" and not shuffled:
-        return 0.0
-    return None
+    """The floor of a kind's val loss: the mean entropy per loss-counted token (data/procedural_entropy.py)."""
+    from .procedural_entropy import entropy as floor
+    return floor(kind, shuffled, **options)
 
 
 # ----------------------------------------------------------------------------------------------

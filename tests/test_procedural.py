@@ -239,7 +239,7 @@ def test_entropy_floors():
     dyck, control = P.entropy("dyck"), P.entropy("dyck", shuffled=True)
     assert 1.9 < dyck < control < np.log(32)
     assert P.entropy("sort") == P.entropy("eca110") == 0.0
-    assert P.entropy("dyck_shuffle") is None and P.entropy("set", shuffled=True) is None
+    assert P.entropy("dyck_shuffle") is None and P.entropy("sort", shuffled=True) is None
     assert 0.5 < P.entropy("eca110", shuffled=True) < np.log(3)   # 3 token ids, rows of 0/1 cells and SEPs
 
 
