@@ -285,6 +285,9 @@ def test_a_sweep_grown_by_seeds_reuses_the_runs_of_an_earlier_report(cache, tmp_
         assert r["reused"] == str(one) and r["val_loss"] == old[r["name"]]["val_loss"] and r["loss"] == old[r["name"]]["loss"]
         assert r["loss_spikes"] == len(spike_steps(r["loss"], 2, 1.1, 0.5))
     assert "(4 of them from " in (two / "report.md").read_text()
+    body = {f: (two / f).read_bytes() for f in ("report.md", "report.json")}
+    exp.main(grown + ["--report-only"])  # the runs here, the others from ONE's report: the same report
+    assert {f: (two / f).read_bytes() for f in body} == body
     other = tmp_path / "other"  # another width: nothing of ONE's is the same run
     exp.main([*grid, "--seeds", "1", "--out", str(other), "--reuse", str(one), "--set", *TINY[13:], "n_embd=12",
               "--plan"])
