@@ -126,29 +126,35 @@ def prefix_log_probability(seen, seps_seen, L, K, n_sep):
     return lgamma(L + 1) - L * log(K) + log(comb(n_sep, seps_seen)) + log(total)
 
 
-@functools.lru_cache(maxsize=None)
-def shuffled_set_loss(L, V, n_sep, rows=SET_ROWS, seed=0):
-    """(mean, standard error) over ROWS sampled rows of a shuffled SET / UNION row's summed surprisal at its loss
-    positions (the last m non-PAD tokens, m the values in x), each row's exact:
+def set_row_surprisal(c, a, L, K, n_sep):
+    """A shuffled SET / UNION row's summed surprisal at its loss positions (the last m non-PAD tokens, m the values
+    in x), exactly, from the counts c of its x (one per value) and a of its prefix (one per value, then the SEPs):
         sum_{t=P}^{N-1} -log P(x_t | x_<t) = log P(x_<P) - log P(x_<N) = log P(x_<P) - log P(row),
     since a prefix holding every token of its row is known to be whole (each value of x then occurs c_v + 1 >= 2
-    times and the c_v sum to L): the PADs after it cost nothing. Given its counts a, a prefix is one of its
+    times and the c_v sum to L): the PADs after it cost nothing. Given its counts, a prefix is one of its
     P! / prod a! orders, each as likely: log P(x_<P) = log P(A = a) - log(P! / prod a!); likewise
     log P(row) = log P(c) + log(prod n_v! n_sep! / N!)."""
     from scipy.special import gammaln
+    n, P = c + (c > 0), L + n_sep
+    log_prefix = (prefix_log_probability(tuple(sorted(int(x) for x in a[:-1] if x)), int(a[-1]), L, K, n_sep)
+                  - lgamma(P + 1) + gammaln(a + 1).sum())
+    log_row = (lgamma(L + 1) - L * log(K) - gammaln(c + 1).sum() + gammaln(n + 1).sum() + lgamma(n_sep + 1)
+               - lgamma(P + (c > 0).sum() + 1))
+    return float(log_prefix - log_row)
+
+
+@functools.lru_cache(maxsize=None)
+def shuffled_set_loss(L, V, n_sep, rows=SET_ROWS, seed=0):
+    """(mean, standard error) of set_row_surprisal over ROWS rows drawn as the generator draws them: x's counts
+    c ~ Multinomial(L, 1/K), the prefix's counts a hypergeometric from the row's multiset."""
+    if L > 160:
+        raise ValueError(f"the SET / UNION floor is computed in floating point for L <= 160, got L = {L}")
     K, P = V - 1, L + n_sep
     rng = np.random.default_rng(seed)
     c = rng.multinomial(L, np.full(K, 1 / K), size=rows)
-    n = c + (c > 0)
-    log_row = (lgamma(L + 1) - L * log(K) - gammaln(c + 1).sum(1) + gammaln(n + 1).sum(1) + lgamma(n_sep + 1)
-               - gammaln(P + (c > 0).sum(1) + 1))
-    sums = np.empty(rows)
-    for i in range(rows):
-        a = rng.multivariate_hypergeometric(np.append(n[i], n_sep), P)
-        order = lgamma(P + 1) - gammaln(a + 1).sum()
-        sums[i] = prefix_log_probability(tuple(sorted(int(x) for x in a[:-1] if x)), int(a[-1]), L, K, n_sep) - order
-    sums -= log_row
-    return float(sums.mean()), float(sums.std(ddof=1) / np.sqrt(rows))
+    sums = [set_row_surprisal(ci, rng.multivariate_hypergeometric(np.append(ci + (ci > 0), n_sep), P), L, K, n_sep)
+            for ci in c]
+    return float(np.mean(sums)), float(np.std(sums, ddof=1) / np.sqrt(rows))
 
 
 def expected_set_size(L, V):

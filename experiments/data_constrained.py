@@ -40,9 +40,9 @@ from batches import keep_unique_tokens, load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep  # noqa: E402
 from experiments.lib import data_constrained_scan as sc  # noqa: E402
-from experiments.lib.provenance import Provenance  # noqa: E402
+from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
 from experiments.lib.common import (Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
-                                    read_summary, reused_report, run_sweep, write_json)
+                                    read_summary, reused_report, run_sweep)
 from evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import ArgumentParser, parse_args as train_parse_args  # noqa: E402
 
@@ -322,8 +322,8 @@ def train_phase(a, runs, title):
 def train_and_collect(a):
     """Phases 0-3 (training skipped with --report-only) and the records of phase 4."""
     check_budgets(a)
-    if a.reuse and not a.report_only and not (a.out / "provenance.json").exists():  # DIR's invocations come first
-        write_json(a.out / "provenance.json", (a._old.get("provenance") or {}).get("invocations", []))
+    if a.reuse and not a.report_only:  # DIR's invocations come first
+        inherit_invocations(a.out, a._old)
     prov, scan, trained = None if a.report_only else Provenance(a.out), None, 0
     if a.scan:
         trained, scan = train_phase(a, scan_runs(a), "== phase 0: the scan"), choose(a, scan_runs(a))

@@ -20,9 +20,8 @@ the baselines (seed 0, scan_lrs x scan_depths) and measures where choose() finds
 Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540), DeepNet's for
 the DeepNorm baseline (lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2%
 warm-up and a linear decay to 0 over the last 10% (training_utils.py:75-110); `music` keeps compute in depth,
-not in a large LM head. Claims: lib/prores_claims.py; report: lib/prores_report.py. Runs live in
-OUT/runs/<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>/: a finished run is skipped, an interrupted one
-resumes from its checkpoint.
+not in a large LM head. Claims: lib/prores_claims.py; report: lib/prores_report.py. Runs (finished: skipped;
+interrupted: resumed from their checkpoint): OUT/runs/<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>/.
 """
 
 import argparse
@@ -157,13 +156,16 @@ def measurement_point(a, scan):
 
 
 def reused(a, runs):
-    """{name: record} of the RUNS --reuse DIR's report holds, made with their train.py flags (rebuilt from its
-    settings, COMMON's where it lacks one); spikes recounted by this preset's rule, or the same rule kept."""
-    old = reused_report(a.reuse) if a.reuse else {"runs": []}
+    """{name: record} of the RUNS --reuse DIR's report holds (else those OUT's took from one) with their train.py flags
+    (rebuilt from its settings; COMMON's where it lacks one) and stuck margin, spikes recounted by this rule."""
+    old = reused_report(a.reuse) if a.reuse else rep.read_records(a.out) or {"runs": []}
+    if old["runs"] and "spike_definition" not in old:
+        raise UserError(f"--reuse {a.reuse}: not a report of experiments/prores.py (e.g. experiments/results/prores)")
     was, rule = argparse.Namespace(**{**COMMON, **old.get("settings", {})}), rep.spike_definition(a)
-    recs = {r["name"]: r for r in old["runs"] if "loss" in r or old["spike_definition"] == rule}
-    return {r.name: dict(recs[r.name], reused=a.reuse, **rep.spikes(a, recs[r.name])) for r in runs if r.name in recs
-            and r.argv == train_argv(was, *(r.meta[k] for k in ("norm", "prores", "depth", "lr", "seed", "iters")))}
+    recs = {r["name"]: r for r in old["runs"] if (a.reuse or r.get("reused")) and was.stuck_margin == a.stuck_margin
+            and ("loss" in r or old["spike_definition"] == rule)}
+    return {r.name: dict(o, reused=o.get("reused") or a.reuse, **rep.spikes(a, o)) for r in runs if (o := recs.get(r.name))
+            and r.argv == train_argv(was, *(o[k] for k in ("norm", "prores", "depth", "lr", "seed", "iters")))}
 
 
 def cpu_s(run):
@@ -175,7 +177,7 @@ def plan(a):
     phases = [("scan", scan_runs(a))] if a.scan else []
     phases += [("measurement", measure_runs(a, a.lr, a.depths))] if "auto" not in (a.lr, a.depths) else []
     for name, runs in phases:
-        old = reused(a, runs)
+        old = reused(a, runs) if name == "measurement" else {}
         todo = [r for r in runs if not is_finished(r.folder) and r.name not in old]
         print("\n".join(f"  {r.name:<36} {r.meta.get('iters', '')} steps  ~{cpu_s(r) / 60:5.1f} min" for r in runs))
         print(f"{name}: {len(runs)} runs ({len(runs) - len(todo)} finished), ~{sum(map(cpu_s, todo)) / 60 / a.jobs:.0f}"
@@ -190,8 +192,6 @@ def main(argv=None):
     if a.plan:
         return plan(a)
     a.out.mkdir(parents=True, exist_ok=True)
-    if a.reuse:
-        inherit_invocations(a.out, reused_report(a.reuse))
     if a.report_only and not a.reuse and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
         records = rep.read_records(a.out)
         if records is None:
@@ -205,7 +205,8 @@ def main(argv=None):
         scan_recs = rep.analyse(a, scan)
         point = measurement_point(a, scan_recs)
         meas = measure_runs(a, *point[:2])
-        old = reused(a, meas)
+        if (old := reused(a, meas)) and a.reuse:  # the invocations that made them come first
+            inherit_invocations(a.out, reused_report(a.reuse))
         if not a.report_only:
             trained += len(run_sweep([r for r in meas if r.name not in old], jobs=a.jobs, threads=a.threads))
             prov.finish(runs_trained=trained)

@@ -5,6 +5,7 @@ import itertools
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from data import procedural as P
@@ -26,18 +27,17 @@ def shuffled_rows(kind, L, V):
 
 
 def brute_floor(dist, P_len, pad):
-    """E[sum over the loss positions (the non-PAD tokens from P on) of -log P(x_t | x_<t)] / E[their number]."""
-    prefix = Counter()
+    """E[sum over the loss positions (the non-PAD tokens from P on) of -log P(x_t | x_<t)] / E[their number],
+    the prefixes' probabilities, and each row's sum."""
+    prefix, per_row = Counter(), {}
     for row, p in dist.items():
         for t in range(len(row) + 1):
             prefix[row[:t]] += p
-    loss = count = 0.0
-    for row, p in dist.items():
-        for t in range(P_len, len(row)):
-            if row[t] != pad:
-                loss -= p * math.log(prefix[row[:t + 1]] / prefix[row[:t]])
-                count += p
-    return loss / count, prefix
+    for row in dist:
+        per_row[row] = -sum(math.log(prefix[row[:t + 1]] / prefix[row[:t]]) for t in range(P_len, len(row))
+                            if row[t] != pad)
+    count = sum(p * sum(t != pad for t in row[P_len:]) for row, p in dist.items())
+    return sum(p * per_row[row] for row, p in dist.items()) / count, prefix, per_row
 
 
 @pytest.mark.parametrize("kind,L,V", [("set", 3, 4), ("set", 4, 3), ("union", 4, 3), ("union", 2, 4)])
@@ -46,7 +46,11 @@ def test_shuffled_set_floor_is_the_brute_force_count(kind, L, V):
     row's sum exact) is within 4 standard errors of the enumerated one; the generator's rows are among them."""
     n_sep = 1 if kind == "set" else 2
     dist, P_len = shuffled_rows(kind, L, V)
-    floor, prefix = brute_floor(dist, P_len, V + 1)
+    floor, prefix, per_row = brute_floor(dist, P_len, V + 1)
+    for row, loss in per_row.items():  # every row's sum, exactly: the counts of its x and of its prefix
+        c = np.array([max(row.count(v) - 1, 0) for v in range(1, V)])
+        a = np.array([row[:P_len].count(v) for v in range(1, V + 1)])
+        assert E.set_row_surprisal(c, a, L, V - 1, n_sep) == pytest.approx(loss, abs=1e-9)
     by_counts = Counter()  # P(A = a) by enumeration: the prefixes of length P grouped by their counts
     for pre, p in prefix.items():
         if len(pre) == P_len:
@@ -62,6 +66,7 @@ def test_shuffled_set_floor_is_the_brute_force_count(kind, L, V):
     assert P.entropy(kind, shuffled=True, L=L, V=V) == pytest.approx(E.shuffled_set_loss(L, V, n_sep)[0] / m)
     tokens, mask = P.generate(kind, 500, seed=2, shuffled=True, L=L, V=V)
     assert {tuple(int(t) for t in r) for r in tokens} <= set(dist)
+    assert (mask == ((np.arange(tokens.shape[1]) >= P_len) & (tokens != V + 1))).all()  # the loss positions
 
 
 def test_the_default_controls_floor():

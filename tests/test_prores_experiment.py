@@ -192,7 +192,7 @@ def test_tiny_sweep_end_to_end(cache, tmp_path, capsys):
         assert r["max_grad_norm_after_warmup"] == max(gn[1:]) and ("loss" in r) == (r in rep["runs"] and r["seed"] == 0)
         assert r["act_fit"] == growth_fit([r["embed_rms"]] + r["act_rms"])
         assert r["prores_T"] == (prores_T(exp.parse_args(argv), r["depth"], r["iters"]) if r["prores"] else None)
-        assert ("val_curve" in r) == ("loss" in r) and r.get("val_curve", [s["val_loss"]])[-1] == s["val_loss"]
+        assert r["val_curve"][-1] == s["val_loss"] and len(r["val_curve"]) == len(r["val_steps"])  # every run's
     assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in prores_claims.CLAIMS]
     cell = rep["verdicts"][0]["cells"][0]  # Pre-LN at the shallowest depth: ProRes against the baseline, by seed
     v = {pr: [r["val_loss"] for r in sorted(rep["runs"], key=lambda r: r["seed"])
@@ -263,9 +263,10 @@ def test_one_seed_reads_depth_by_the_margin():
 
 
 def test_a_sweep_grown_by_seeds_reuses_the_runs_of_an_earlier_report(cache, tmp_path, capsys):
-    """--reuse DIR: the runs DIR/report.json holds with the same train.py flags are not trained again; their
-    records come over with their spikes recounted by this sweep's rule; DIR's invocations head the provenance.
-    Runs made with other flags are trained afresh; a DIR without a report is one line."""
+    """--reuse DIR: the runs DIR/report.json holds with the same train.py flags and stuck margin are not trained
+    again; their records come over with their spikes recounted by this sweep's rule (a record without per-step
+    curves only under the same rule); DIR's invocations head the provenance; a rebuild with or without --reuse
+    gives the same report. Runs made with other flags are trained afresh; a DIR without a ProRes report is one line."""
     from experiments.lib.common import main_guard
     grid = ["--preset", "breakdown", "--norms", "pre", "--depths", "1,2", *TINY[:10]]
     small = [*grid, "--seeds", "1", "--set", *TINY[13:]]
@@ -286,13 +287,20 @@ def test_a_sweep_grown_by_seeds_reuses_the_runs_of_an_earlier_report(cache, tmp_
         assert r["loss_spikes"] == len(spike_steps(r["loss"], 2, 1.1, 0.5))
     assert "(4 of them from " in (two / "report.md").read_text()
     body = {f: (two / f).read_bytes() for f in ("report.md", "report.json")}
-    exp.main(grown + ["--report-only"])  # the runs here, the others from ONE's report: the same report
-    assert {f: (two / f).read_bytes() for f in body} == body
+    for rebuild in (grown, [x for x in grown if x not in ("--reuse", str(one))]):  # with --reuse, or from TWO's own
+        exp.main(rebuild + ["--report-only"])  # the runs here, the others as TWO's report took them: the same report
+        assert {f: (two / f).read_bytes() for f in body} == body
+    capsys.readouterr()
+    for change, reusable in (("loss_spike_mads=0.5", 8), ("loss_spike_mads=0.8", 4), ("stuck_margin=0.2", 0)):
+        exp.main([*grid, "--seeds", "2", "--out", str(tmp_path / "three"), "--reuse", str(two), "--set", *TINY[13:],
+                  change, "--plan"])  # seed 1 kept no per-step curves: reused only under the same spike rule
+        assert f"measurement: 8 runs ({reusable} finished)" in capsys.readouterr().out
     other = tmp_path / "other"  # another width: nothing of ONE's is the same run
     exp.main([*grid, "--seeds", "1", "--out", str(other), "--reuse", str(one), "--set", *TINY[13:], "n_embd=12",
               "--plan"])
     assert "measurement: 4 runs (0 finished)" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        main_guard(lambda: exp.main([*grid, "--out", str(other), "--reuse", str(tmp_path / "none")]))
-    err = capsys.readouterr().err
-    assert "--reuse" in err and "no report.json there" in err and err.count("\n") == 1
+    for bad, says in ((tmp_path / "none", "no report.json there"), (RESULTS / "procedural", "not a report of")):
+        with pytest.raises(SystemExit):
+            main_guard(lambda: exp.main([*grid, "--out", str(other), "--reuse", str(bad)]))
+        err = capsys.readouterr().err
+        assert "--reuse" in err and says in err and err.count("\n") == 1

@@ -88,7 +88,7 @@ def pretrain_plan(a, row, task="haystack"):
 
 
 def entropy(row, block):
-    """The exact entropy per loss token of a pre-training row's data (data.procedural.entropy), or None."""
+    """The entropy per loss token of a pre-training row's data (data.procedural.entropy: exact, or sampled), or None."""
     from data import procedural
     options = dict(length=block + 1) if is_dyck(row) else {}
     return procedural.entropy(base_kind(row), row.endswith(SHUFFLED), **options)

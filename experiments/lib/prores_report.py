@@ -6,8 +6,8 @@ are lib/prores_claims.py, read by lib/claims.py).
     text = render(records, out)     # report.md, report.json and the PNGs from the records alone
 
 render reads nothing but the records, so a report rebuilt from report.json alone (the run folders
-gone) is byte-identical to the one built from the runs. report.json keeps every run's numbers and,
-for the figures, the per-step curves of the first seed only.
+gone) is byte-identical to the one built from the runs. report.json keeps every run's numbers and validation
+curve and, for the figures, the per-step curves of the first seed only.
 """
 
 import argparse
@@ -30,7 +30,7 @@ NAMES = {"pre": "Pre-LN", "post": "Post-LN", "sandwich": "Sandwich-LN", "deepnor
          "lns": "LNS (fixed 1/sqrt(l))", "lns-init": "LNS (authors' init)"}
 COLORS = {"pre": "tab:blue", "post": "tab:red", "sandwich": "tab:green", "deepnorm": "tab:purple",
           "lns": "tab:brown", "lns-init": "tab:orange"}
-CURVES = ("logged_steps", "loss", "grad_norm", "act_rms_steps", "act_rms_curve", "val_steps", "val_curve")  # seed 0's
+CURVES = ("logged_steps", "loss", "grad_norm", "act_rms_steps", "act_rms_curve")  # seed 0's; every run: its val curve
 RECORD_KEYS = ("settings", "measurement_point", "spike_definition", "scan", "runs")
 FIGURES = {"breakdown.png": "final val loss against depth, every seed", "curves.png": "seed 0: training loss "
            "(10-step mean), gradient norm and RMS after the last block", "activation_norms.png": "RMS of the residual "
@@ -149,7 +149,7 @@ def read_records(out):
 
 def collect(a, scan_recs, meas_recs, point):
     """The records a report is rendered from: the settings, the measurement point, the spike rule, the runs."""
-    settings = {k: v for k, v in settings_json(a).items() if k not in ("report_only", "plan")}
+    settings = {k: v for k, v in settings_json(a).items() if k not in ("report_only", "plan", "reuse")}  # runs: "reused"
     return {"settings": settings, "measurement_point": dict(zip(("lr", "depths", "why"), point)),
             "spike_definition": spike_definition(a), "scan": [r for r in scan_recs if r],
             "runs": [r for r in meas_recs if r]}
@@ -239,7 +239,7 @@ def runs_table(recs):
 def along(a, recs):
     """Seed 0's validation loss where every layer is on (the lr warmup's end for a baseline), where the lr decay
     starts, and at the end; and its change over the tenth of the run before the decay: has it flattened?"""
-    rs = [r for r in recs if r.get("val_curve")]
+    rs = [r for r in recs if r.get("val_curve") and r["seed"] == min(x["seed"] for x in recs)]
     at = lambda r, t: next((v for s, v in zip(r["val_steps"][::-1], r["val_curve"][::-1]) if s <= t), None)  # noqa
     stable = round(a.iters * (1 - a.decay_frac))
     lines = ["## Along training (seed 0)", "", "Validation loss (nats/token).", "", "| condition | L | every layer on"
