@@ -29,8 +29,7 @@ mask[i, j] = 1 iff token j of row i is a target whose loss counts. Layouts (defa
 non-PAD tokens permuted within each row; the loss mask stays where it was (on the answer span).
 `mixture("dyck+stack", n, seed)` mixes kinds in one shared token space (see `mixture_layout`);
 `load_procedural(spec, cache, ...)` is the loader for the stage `procedural:SPEC`.
-`entropy(kind, shuffled)`: the mean entropy per loss-counted token, the floor of the val loss
-(data/procedural_entropy.py).
+The floor of each kind's val loss, its mean entropy per loss-counted token: data/procedural_entropy.py.
 
 Speed (this shared 2-core machine, 100k rows): 0.1-2 s per kind (Dyck shuffle and stack the
 slowest), about 1-2 s more for the shuffled control; the generators loop over positions (stack,
@@ -295,12 +294,6 @@ def generate(kind, n, seed=0, shuffled=False, **options):
     o = _options(_check_kind(kind), options)
     tokens, mask = _rows(kind, n, _entropy(seed), shuffled, o)
     return tokens.astype(np.uint16), mask
-
-
-def entropy(kind, shuffled=False, **options):
-    """The floor of a kind's val loss: the mean entropy per loss-counted token (data/procedural_entropy.py)."""
-    from .procedural_entropy import entropy as floor
-    return floor(kind, shuffled, **options)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from data import procedural as P
+from data.procedural_entropy import entropy
 
 V, SEP, PAD = 100, 100, 101
 N = 150
@@ -184,18 +185,18 @@ def mean_conditional_entropy(dist, length):
 
 @pytest.mark.parametrize("k,length,p_open", [(2, 6, 0.5), (3, 6, 0.3), (2, 8, 0.7)])
 def test_entropy_is_the_brute_force_count(k, length, p_open):
-    """P.entropy (dynamic programming; a closed form for the shuffled control) equals the conditional
+    """entropy (dynamic programming; a closed form for the shuffled control) equals the conditional
     entropies counted over every row of the process, and over every permutation of each row for the control;
     the generator's rows are the enumerated rows at their probabilities."""
     dist = enumerate_dyck(k, length, p_open)
-    assert P.entropy("dyck", k=k, length=length, p_open=p_open) == pytest.approx(
+    assert entropy("dyck", k=k, length=length, p_open=p_open) == pytest.approx(
         mean_conditional_entropy(dist, length), abs=1e-9)
     shuffled = Counter()
     for row, p in dist.items():
         perms = list(itertools.permutations(row))
         for q in perms:
             shuffled[q] += p / len(perms)
-    assert P.entropy("dyck", shuffled=True, k=k, length=length, p_open=p_open) == pytest.approx(
+    assert entropy("dyck", shuffled=True, k=k, length=length, p_open=p_open) == pytest.approx(
         mean_conditional_entropy(shuffled, length), abs=1e-9)
     tokens = P.generate("dyck", 100_000, seed=1, k=k, length=length, p_open=p_open)[0]
     found = Counter(tuple(int(x) for x in r) for r in tokens)
@@ -207,7 +208,7 @@ RULE_110 = {(1, 1, 1): 0, (1, 1, 0): 1, (1, 0, 1): 1, (1, 0, 0): 0, (0, 1, 1): 1
 
 @pytest.mark.parametrize("width,n_rows", [(3, 2), (2, 3)])
 def test_shuffled_eca110_entropy_is_the_brute_force_count(width, n_rows):
-    """eca110's shuffled control: P.entropy (dynamic programming over the counts seen) equals the conditional
+    """eca110's shuffled control: entropy (dynamic programming over the counts seen) equals the conditional
     entropies at the loss positions counted over every first row (Rule 110 by its table) and every
     permutation of its tokens; the generator's shuffled rows are among them."""
     dist = Counter()
@@ -228,7 +229,7 @@ def test_shuffled_eca110_entropy_is_the_brute_force_count(width, n_rows):
         return -sum(p * np.log(p) for p in m.values() if p > 0)
     loss_at = np.flatnonzero(mask[0])
     assert len(loss_at) == (n_rows - 1) * width and (mask == mask[0]).all()
-    assert P.entropy("eca110", shuffled=True, width=width, rows=n_rows) == pytest.approx(
+    assert entropy("eca110", shuffled=True, width=width, rows=n_rows) == pytest.approx(
         sum(h(t + 1) - h(t) for t in loss_at) / len(loss_at), abs=1e-9)
     assert {tuple(int(x) for x in r) for r in tokens} <= set(dist)
 
@@ -236,11 +237,11 @@ def test_shuffled_eca110_entropy_is_the_brute_force_count(width, n_rows):
 def test_entropy_floors():
     """The defaults' floors (k = 16, 128 tokens): Dyck below its shuffled control, both below the unigram
     log(2k); the answer of a sequence kind is a function of its prompt: 0; not derived: None."""
-    dyck, control = P.entropy("dyck"), P.entropy("dyck", shuffled=True)
+    dyck, control = entropy("dyck"), entropy("dyck", shuffled=True)
     assert 1.9 < dyck < control < np.log(32)
-    assert P.entropy("sort") == P.entropy("eca110") == 0.0
-    assert P.entropy("dyck_shuffle") is None and P.entropy("sort", shuffled=True) is None
-    assert 0.5 < P.entropy("eca110", shuffled=True) < np.log(3)   # 3 token ids, rows of 0/1 cells and SEPs
+    assert entropy("sort") == entropy("eca110") == 0.0
+    assert entropy("dyck_shuffle") is None and entropy("sort", shuffled=True) is None
+    assert 0.5 < entropy("eca110", shuffled=True) < np.log(3)   # 3 token ids, rows of 0/1 cells and SEPs
 
 
 def test_dyck_shuffle_balanced_per_type_not_always_nested():

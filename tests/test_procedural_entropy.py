@@ -63,7 +63,7 @@ def test_shuffled_set_floor_is_the_brute_force_count(kind, L, V):
     m = E.expected_set_size(L, V)
     assert m == pytest.approx(sum(p * sum(t != V + 1 for t in row[P_len:]) for row, p in dist.items()), abs=1e-12)
     assert abs(mean / m - floor) < 4 * se / m and 0 < se / m < 0.05
-    assert P.entropy(kind, shuffled=True, L=L, V=V) == pytest.approx(E.shuffled_set_loss(L, V, n_sep)[0] / m)
+    assert E.entropy(kind, shuffled=True, L=L, V=V) == pytest.approx(E.shuffled_set_loss(L, V, n_sep)[0] / m)
     tokens, mask = P.generate(kind, 500, seed=2, shuffled=True, L=L, V=V)
     assert {tuple(int(t) for t in r) for r in tokens} <= set(dist)
     assert (mask == ((np.arange(tokens.shape[1]) >= P_len) & (tokens != V + 1))).all()  # the loss positions
@@ -72,7 +72,7 @@ def test_shuffled_set_floor_is_the_brute_force_count(kind, L, V):
 def test_the_default_controls_floor():
     """The defaults (L = 64, V = 100): the floor of the shuffled SET answer is below the log of the values it
     draws from (a prefix tells which values remain) and well above 0; UNION's (one SEP more) is close to it."""
-    s, u = P.entropy("set", shuffled=True), P.entropy("union", shuffled=True)
+    s, u = E.entropy("set", shuffled=True), E.entropy("union", shuffled=True)
     assert 3.0 < s < math.log(99) and abs(s - u) < 0.1
     mean, se = E.shuffled_set_loss(64, 100, 1)
     assert s == mean / E.expected_set_size(64, 100) and se / E.expected_set_size(64, 100) < 0.003

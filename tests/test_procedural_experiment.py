@@ -182,7 +182,7 @@ def test_the_default_reads_its_pre_trained_models_against_their_entropy():
     """The committed default: every diagnostic at the authors' 10,000,000 records; every pre-training record has
     its val loss, its data's exact entropy and its stopping reason, and the regime line states each model's
     distance from its entropy; the Dyck model ended within 0.1 nats of it. (Its p-values: test_committed_reports.)"""
-    from data import procedural
+    from data import procedural_entropy
     rep = json.loads((RESULTS / "procedural" / "report.json").read_text())
     runs = [r for r in rep["runs"] if r["part"] == "task"]
     assert runs and all(r["records_seen"] == 10_000_000 for r in runs)
@@ -190,7 +190,7 @@ def test_the_default_reads_its_pre_trained_models_against_their_entropy():
     assert set(pre) == {"dyck", "dyck-shuffled", "eca110", "eca110-shuffled"}
     for cond, r in pre.items():
         kind, shuffled = cond.removesuffix("-shuffled"), cond.endswith("-shuffled")
-        assert r["entropy"] == pytest.approx(procedural.entropy(kind, shuffled=shuffled), abs=1e-12)
+        assert r["entropy"] == pytest.approx(procedural_entropy.entropy(kind, shuffled=shuffled), abs=1e-12)
         assert r["stop_reason"].startswith(("stopping rule", "cap")) and r["entropy"] < r["val_loss"] < r["unigram_loss"]
         assert f"{cond} {r['val_loss']:.3f} nats against its entropy {r['entropy']:.3f}" in rep["regime"]
     assert pre["dyck"]["val_loss"] - pre["dyck"]["entropy"] <= 0.1

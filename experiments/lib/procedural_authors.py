@@ -88,10 +88,10 @@ def pretrain_plan(a, row, task="haystack"):
 
 
 def entropy(row, block):
-    """The entropy per loss token of a pre-training row's data (data.procedural.entropy: exact, or sampled), or None."""
-    from data import procedural
+    """The entropy per loss token of a pre-training row's data (data.procedural_entropy: exact, or sampled), or None."""
+    from data.procedural_entropy import entropy
     options = dict(length=block + 1) if is_dyck(row) else {}
-    return procedural.entropy(base_kind(row), row.endswith(SHUFFLED), **options)
+    return entropy(base_kind(row), row.endswith(SHUFFLED), **options)
 
 
 def model_flags(task):
