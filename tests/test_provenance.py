@@ -22,6 +22,25 @@ def test_provenance_sums_every_invocation_that_trained(tmp_path):
     assert "over 2 invocations (resumed)" in line and "min wall" in line
 
 
+def test_the_line_names_each_machine_a_resumed_sweep_ran_on(monkeypatch):
+    """The CPU's widest vector instructions are part of its name (one "AMD EPYC" ran a step 2.3x faster than
+    another), and a sweep resumed on another machine lists both."""
+    cpuinfo = "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma\n"
+    monkeypatch.setattr(provenance.Path, "read_text", lambda self, *a, **k: cpuinfo)
+    h = provenance.hardware_info()
+    assert (h["cpu"], h["isa"]) == ("AMD EPYC", "AVX2") and provenance.hardware(h).startswith("AMD EPYC (AVX2), ")
+    cpuinfo = cpuinfo.replace("avx2", "avx2 avx512f avx512_bf16")
+    fast = provenance.hardware_info()
+    assert fast["isa"] == "AVX512_BF16"
+    old = dict(fast, isa=None)  # a record from before the field: no ISA in its name
+    prov = {"commit": "abc", "command": "python x", "hardware": h, "wall_seconds": 60.0, "cpu_seconds": 1.0,
+            "invocations": [{"hardware": old}, {"hardware": old}, {"hardware": h}]}
+    line = provenance.provenance_line(prov)
+    assert f"; on 2 machines, {provenance.hardware(old)} / {provenance.hardware(h)}; " in line
+    assert provenance.hardware(old).startswith("AMD EPYC, ") and "over 3 invocations" in line
+    assert "machines" not in provenance.provenance_line(dict(prov, invocations=[{"hardware": h}] * 2))
+
+
 def test_kept_provenance_falls_back_to_the_reports_own(tmp_path):
     prov = {"commit": "abc", "dirty": None, "command": "python x", "hardware": "AMD EPYC, 2 cores",
             "wall_seconds": 60.0, "cpu_seconds": None, "note": "reconstructed from the notes"}

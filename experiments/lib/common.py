@@ -10,6 +10,7 @@ Each job is a fresh Python process (spawn), so runs never share state; a run's o
 <folder>/log.txt when jobs > 1 (`python bench.py --jobs`: why two 1-thread runs beat one 2-thread run).
 """
 
+import argparse
 import json
 import multiprocessing as mp
 import os
@@ -41,17 +42,14 @@ class Run:
 
 def positive_int(value):
     """argparse type: a whole number > 0 (the error is the parser's one line)."""
-    import argparse
-    n = int(value) if value.strip().lstrip("+-").isdigit() else None
-    if n is None or n <= 0:
+    if not value.strip().lstrip("+").isdigit() or int(value) <= 0:
         raise argparse.ArgumentTypeError(f"must be positive (a whole number > 0), got {value!r}")
-    return n
+    return int(value)
 
 
 def writable_folder(value):
     """argparse type: a folder this process can create or write in (probed with a temporary folder that is
     removed again), so a bad --out is the parser's one line, not a traceback after the first run."""
-    import argparse
     import tempfile
     path = Path(value).expanduser().resolve()
     near = next(p for p in [path, *path.parents] if p.exists())

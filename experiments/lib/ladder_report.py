@@ -104,7 +104,7 @@ def regime(a, data, provenance):
             f"{3 * a.music_chunks:,} chunks of " + (f"--music-dir {a.music_dir}" if a.music_dir else "score-derived "
             "MIDI of the offline music21 corpus (Bach, Monteverdi, Haydn, Mozart)") + f"; poetry {a.poetry_steps} "
             f"steps; the compute-matched control repeats the prose set for {f['ladder_steps'] / f['spe']:.1f} epochs."
-            + (f" {provenance['wall_seconds'] / 60:.1f} min wall on {hardware(h) if isinstance(h, dict) else h}."
+            + (f" {provenance['wall_seconds'] / 60:.1f} min wall on {hardware(h)}."
                if provenance else "") + " The paper trains on WikiText-103 (~100M tokens) after MAESTRO piano "
             f"performances (12k / 36k chunks), 5 seeds, to convergence: our 'final' is after {a.prose_epochs} epochs "
             f"of a far smaller prose set, so our perplexities are far higher. Pre-training is "

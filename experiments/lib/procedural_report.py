@@ -100,10 +100,7 @@ def regime(a, provenance, runs=None):
     """report.json's `regime`: our settings and what differs from the authors'."""
     if getattr(a, "_regime", None):  # the table preset's archive: its own words (that preset is no longer run)
         return a._regime
-    where = ""
-    if provenance:
-        h = provenance["hardware"]
-        where = f" {provenance['wall_seconds'] / 60:.0f} min wall on {hardware(h) if isinstance(h, dict) else h}."
+    where = f" {provenance['wall_seconds'] / 60:.0f} min wall on {hardware(provenance['hardware'])}." if provenance else ""
     few = f" With {a.seeds} seed(s) no cell can pass the reading rule (n >= {MIN_N} a side)." if a.seeds < MIN_N else ""
     tasks = ", ".join(f"{t} ({pa.arch(t)}, batch {pa.TASKS[t]['batch']}, {pa.task_steps(a, t):,} steps)" for t in a.tasks)
     pre = "; ".join(f"{r}: {'up to ' if pa.ruled(r, 'haystack') else ''}{s:,} steps x {n} rows of {block + 1} tokens"

@@ -20,23 +20,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def hardware_info():
-    """What a report's times were measured on: CPU model, cores, threads, torch, Python, GPU."""
+    """What a report's times were measured on: CPU model and its widest vector instructions (one model name covers
+    chips with and without AVX-512, ~2x apart on our fp32 steps), cores, threads, torch, Python, GPU."""
     import torch
     try:
-        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                 if ln.startswith("model name")]
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        names = []
-    cpu = names[0] if names else platform.processor() or "CPU"
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "gpu": gpu}
+        lines = []
+    names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
+    flags = next((set(ln.split(":", 1)[1].split()) for ln in lines if ln.startswith(("flags", "Features"))), set())
+    isa = next((f.upper() for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "asimd") if f in flags), None)
+    return {"cpu": names[0] if names else platform.processor() or "CPU", "isa": isa, "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def hardware(info=None):
-    """One line of hardware_info()."""
+    """One line of hardware_info() (or of the string an old report kept)."""
     h = info or hardware_info()
-    return (f"{h['cpu']}, {h['cores']} cores, torch {h['torch']}, Python {h['python']}"
+    if isinstance(h, str):
+        return h
+    return (f"{h['cpu']}" + (f" ({h['isa']})" if h.get("isa") else "")
+            + f", {h['cores']} cores, torch {h['torch']}, Python {h['python']}"
             + (f", GPU {h['gpu']}" if h.get("gpu") else ""))
 
 
@@ -69,9 +74,7 @@ class Provenance:
                       "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + list(
                           sys.argv[1:] if argv is None else argv)),
                       "hardware": hardware_info()}
-        self._t0 = time.time()
-        self._cpu0 = self._cpu()
-        self.out = Path(out)
+        self._t0, self._cpu0, self.out = time.time(), self._cpu(), Path(out)
         Provenance.active = self
 
     @staticmethod
@@ -141,11 +144,12 @@ def provenance_line(prov):
     """report.md's header line of a report.json `provenance`."""
     if not prov:
         return "Provenance: not recorded."
-    h = prov["hardware"]
+    machines = list(dict.fromkeys(hardware(e["hardware"]) for e in prov.get("invocations") or [prov]))
     commit = (prov["commit"] or "unknown")[:10] + (" (dirty tree)" if prov.get("dirty") else "")
     n = len(prov.get("invocations", [])) or 1
-    return (f"Provenance: commit {commit}; `{prov['command']}`; {hardware(h) if isinstance(h, dict) else h}; "
-            f"{prov['wall_seconds'] / 60:.1f} min wall, "
+    return (f"Provenance: commit {commit}; `{prov['command']}`; "
+            + (f"{machines[0]}; " if len(machines) == 1 else f"on {len(machines)} machines, {' / '.join(machines)}; ")
+            + f"{prov['wall_seconds'] / 60:.1f} min wall, "
             + (f"{prov['cpu_seconds'] / 60:.1f} min CPU" if prov.get("cpu_seconds") is not None else "CPU time not recorded")
             + (f", over {n} invocations (resumed)" if n > 1 else "")
             + (f". {prov['note'][0].upper()}{prov['note'][1:].rstrip('.')}" if prov.get("note") else "") + ".")
