@@ -157,15 +157,16 @@ def measurement_point(a, scan):
 
 def reused(a, runs):
     """{name: record} of the RUNS --reuse DIR's report holds (else those OUT's took from one) with their train.py flags
-    (rebuilt from its settings; COMMON's where it lacks one) and stuck margin, spikes recounted by this rule."""
+    (its argv, else rebuilt from its settings) and stuck margin, spikes recounted by this rule."""
     old = reused_report(a.reuse) if a.reuse else rep.read_records(a.out) or {"runs": []}
     if old["runs"] and "spike_definition" not in old:
         raise UserError(f"--reuse {a.reuse}: not a report of experiments/prores.py (e.g. experiments/results/prores)")
-    was, rule = argparse.Namespace(**{**COMMON, **old.get("settings", {})}), rep.spike_definition(a)
+    was, rule, keys = argparse.Namespace(**{**COMMON, **old.get("settings", {})}), rep.spike_definition(a), (
+        "norm", "prores", "depth", "lr", "seed", "iters")
     recs = {r["name"]: r for r in old["runs"] if (a.reuse or r.get("reused")) and was.stuck_margin == a.stuck_margin
             and ("loss" in r or old["spike_definition"] == rule)}
     return {r.name: dict(o, reused=o.get("reused") or a.reuse, **rep.spikes(a, o)) for r in runs if (o := recs.get(r.name))
-            and r.argv == train_argv(was, *(o[k] for k in ("norm", "prores", "depth", "lr", "seed", "iters")))}
+            and list(map(str, r.argv)) == o.get("argv", [str(x) for x in train_argv(was, *map(o.get, keys))])}
 
 
 def cpu_s(run):

@@ -304,3 +304,10 @@ def test_a_sweep_grown_by_seeds_reuses_the_runs_of_an_earlier_report(cache, tmp_
             main_guard(lambda: exp.main([*grid, "--out", str(other), "--reuse", str(bad)]))
         err = capsys.readouterr().err
         assert "--reuse" in err and says in err and err.count("\n") == 1
+    assert all(r["argv"] for r in first["runs"])  # a record keeps its train.py flags: --reuse compares them
+    older = dict(first, runs=[{k: v for k, v in r.items() if k != "argv"} for r in first["runs"]])  # rebuilt instead
+    unsaid = dict(first, runs=[dict(r, argv=r["argv"] + ["--clip", "0.5"]) for r in first["runs"]])  # not in settings
+    for report, reusable in ((older, 4), (unsaid, 0)):
+        (one / "report.json").write_text(json.dumps(report))
+        exp.main([*small, "--out", str(tmp_path / "four"), "--reuse", str(one), "--plan"])
+        assert f"measurement: 4 runs ({reusable} finished)" in capsys.readouterr().out

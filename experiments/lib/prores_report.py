@@ -105,7 +105,7 @@ def analyse_run(a, run, data):
              max_grad_norm=max(gn, default=None), max_grad_norm_step=tr[int(np.argmax(gn))]["iter"] if gn else None,
              act_rms_steps=[e["iter"] for e in ev if e.get("act_rms")],
              act_rms_curve=[e["act_rms"] for e in ev if e.get("act_rms")], prores_T=run.meta["T"],
-             val_steps=[e["iter"] for e in ev], val_curve=[e["val_loss"] for e in ev])
+             val_steps=[e["iter"] for e in ev], val_curve=[e["val_loss"] for e in ev], argv=list(map(str, run.argv)))
     r.update(spikes(a, r), diverged_at=len(tr) if r["diverged"] else None)
     r["failed"] = r["diverged"] or r["val_loss"] is None or r["val_loss"] >= r["unigram_loss"] - a.stuck_margin
     try:
