@@ -161,12 +161,12 @@ def reused(a, runs):
     old = reused_report(a.reuse) if a.reuse else rep.read_records(a.out) or {"runs": []}
     if old["runs"] and "spike_definition" not in old:
         raise UserError(f"--reuse {a.reuse}: not a report of experiments/prores.py (e.g. experiments/results/prores)")
-    was, rule, keys = argparse.Namespace(**{**COMMON, **old.get("settings", {})}), rep.spike_definition(a), (
-        "norm", "prores", "depth", "lr", "seed", "iters")
+    was, rule = argparse.Namespace(**{**COMMON, **old.get("settings", {})}), rep.spike_definition(a)
     recs = {r["name"]: r for r in old["runs"] if (a.reuse or r.get("reused")) and was.stuck_margin == a.stuck_margin
             and ("loss" in r or old["spike_definition"] == rule)}
     return {r.name: dict(o, reused=o.get("reused") or a.reuse, **rep.spikes(a, o)) for r in runs if (o := recs.get(r.name))
-            and list(map(str, r.argv)) == o.get("argv", [str(x) for x in train_argv(was, *map(o.get, keys))])}
+            and list(map(str, r.argv)) == (o.get("argv") or [str(x) for x in train_argv(was, *map(o.get, (
+                "norm", "prores", "depth", "lr", "seed", "iters")))])}
 
 
 def cpu_s(run):
