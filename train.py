@@ -163,12 +163,18 @@ def resolve_dtype(name, device, vocab_size=None):
         return name, ""
     if device.type == "cuda":
         return ("bfloat16" if torch.cuda.is_bf16_supported() else "float32"), ""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        flags = ""
-    native = "avx512_bf16" in flags or "amx_bf16" in flags
+    native = cpu_info()[1] & {"avx512_bf16", "amx_bf16"}
     return "float32", ("bfloat16" if native and (vocab_size or 0) >= HEAD_BF16_MIN_VOCAB else "")
+
+
+def cpu_info():
+    """(model name, set of instruction-set flags) of this machine's CPU, from /proc/cpuinfo; ("", set()) without it."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    return (next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), ""),
+            next((set(ln.split(":", 1)[1].split()) for ln in lines if ln.startswith(("flags", "Features"))), set()))
 
 
 # --loss-impl auto. On a GPU torch.compile fuses the standard head and cross-entropy into a few

@@ -2,6 +2,9 @@
 resumed invocations, and the plans' measured pace. The reading rule: tests/test_claims.py."""
 import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -71,6 +74,58 @@ def test_a_stopped_invocation_is_recorded_unless_it_was_a_wrong_start(tmp_path):
     (entry,) = json.loads((tmp_path / "provenance.json").read_text())
     assert entry["stopped"] == "interrupted" and entry["runs_trained"] == 1 and entry["command"].endswith("--seeds 3")
     assert provenance.Provenance.active is None
+
+
+def test_an_invocation_killed_without_a_signal_is_kept_as_its_heartbeat_wrote_it(tmp_path, monkeypatch):
+    """A session's end kills a sweep without a signal: its entry is the one its last heartbeat wrote, in
+    its place among the others; finish() rewrites that entry, and removes it if there is nothing to keep."""
+    monkeypatch.setattr(provenance, "HEARTBEAT_S", 0.02)
+    provenance.Provenance(tmp_path, argv=["--first"]).finish(runs_trained=1)
+    killed = provenance.Provenance(tmp_path, argv=["--seeds", "3"])
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "summary.json").write_text("{}")
+    os.utime(tmp_path / "r" / "summary.json", (killed._t0, killed._t0))
+    for _ in range(500):
+        if len(killed.entries()) == 2:
+            break
+        time.sleep(0.02)
+    killed._done.set()  # what SIGKILL leaves: the entry of its last heartbeat, no finish()
+    provenance.Provenance.active = None
+    first, entry = killed.entries()
+    assert first["command"].endswith("--first") and entry["command"].endswith("--seeds 3")
+    assert entry["stopped"].startswith("no end recorded") and entry["runs_trained"] == 1 and entry["wall_seconds"] > 0
+    after = provenance.Provenance(tmp_path, argv=["--last"])
+    after.finish(runs_trained=2)
+    assert [e["command"].split()[-1] for e in after.entries()] == ["--first", "3", "--last"]
+    assert provenance.kept_provenance(tmp_path)["runs_trained"] == 4
+    for runs, kept in ((0, 3), (1, 5)):  # a heartbeat wrote it (past its first minute); then it trained runs
+        beat = provenance.Provenance(tmp_path, argv=["--more"])
+        beat._t0 -= 120
+        for _ in range(500):
+            if len(beat.entries()) == 4:
+                break
+            time.sleep(0.02)
+        assert beat.entries()[-1]["stopped"].startswith("no end recorded")
+        if runs:  # --reuse puts a report's invocations first: the entry is found by its start, not its place
+            provenance.inherit_invocations(tmp_path, {"provenance": {"invocations": [dict(first, command="old")]}})
+        prov = beat.finish(runs_trained=runs)
+        assert len(prov["invocations"]) == kept and "stopped" not in prov["invocations"][-1]
+    assert [e["command"].split()[-1] for e in prov["invocations"]] == ["old", "--first", "3", "--last", "--more"]
+
+
+def test_the_cpu_time_counts_live_workers(tmp_path):
+    """A heartbeat comes while the workers train: getrusage counts a child only once it is reaped, /proc the
+    live ones."""
+    cpu0 = provenance.Provenance._cpu()
+    burn = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n"
+            "print(1, flush=True)\ntime.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()
+        assert provenance.Provenance._cpu() - cpu0 >= 0.5
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_pace_line_scales_the_rest_by_the_finished_runs_measured_time(tmp_path):

@@ -273,13 +273,10 @@ def _entry(claim, cells, ours, tests):
 def read_all(claims, records, notes=None):
     """Every claim's entry, in the table's order; notes: {claim text: what the report adds to `ours`}
     (a check the numbers rest on, e.g. runs stopped at a cap rather than at a plateau)."""
-    out = []
-    for cl in claims:
-        e = read(cl, records)
-        if notes and notes.get(cl.claim):
-            e["ours"] += f"; {notes[cl.claim]}"
-        out.append(e)
-    return out
+    entries = [read(cl, records) for cl in claims]
+    for e in (e for e in entries if (notes or {}).get(e["claim"])):
+        e["ours"] += f"; {notes[e['claim']]}"
+    return entries
 
 
 def cell(text):

@@ -11,6 +11,7 @@ Each job is a fresh Python process (spawn), so runs never share state; a run's o
 """
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -107,12 +108,8 @@ def pace_line(runs, estimate, todo_s, jobs):
 
 def read_events(folder, event=None):
     """The events of metrics.jsonl (optionally one kind), the last of each (stage, iter, event): resumed runs repeat."""
-    path = Path(folder) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    last = {}
-    for line in open(path):
-        e = json.loads(line)
+    path, last = Path(folder) / "metrics.jsonl", {}
+    for e in map(json.loads, open(path) if path.exists() else []):
         if event is None or e.get("event") == event:
             last[(e.get("stage_index"), e.get("iter"), e.get("event"))] = e
     return list(last.values())
@@ -154,37 +151,32 @@ def _worker(argv, folder, threads):
         return "failed:\n" + traceback.format_exc(), 0.0
 
 
-class TermAsCtrlC:
-    """`kill PID` stops a sweep as Ctrl-C does: SIGINT to every worker of `pool` (each saves a checkpoint)
-    and to the sweep, which starts no queued run (else its workers would train on, orphaned)."""
+@contextlib.contextmanager
+def term_as_ctrl_c():
+    """`kill PID` stops a sweep as Ctrl-C does: SIGINT to every worker of the pool put in the yielded namespace (each
+    saves a checkpoint) and to the sweep, which starts no queued run (else its workers would train on, orphaned)."""
+    term = argparse.Namespace(pool=None)
 
-    def __init__(self):
-        self.pool, self._old = None, None
-
-    def _handler(self, signum, frame):
-        for pid in list(getattr(self.pool, "_processes", None) or {}):
-            try:
+    def handler(signum, frame):
+        for pid in list(getattr(term.pool, "_processes", None) or {}):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
         os.kill(os.getpid(), signal.SIGINT)
-
-    def __enter__(self):
-        try:
-            self._old = signal.signal(signal.SIGTERM, self._handler)
-        except ValueError:  # not the main thread: signals stay as they are
-            self._old = None
-        return self
-
-    def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signals stay as they are
+        old = None
+    try:
+        yield term
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 def run_sweep(runs, jobs=1, threads=0):
     """Train every unfinished run (--jobs at a time); returns {name: (status, seconds)} for the runs
-    trained now. Ctrl-C or `kill PID` stops it with every run in flight checkpointed (TermAsCtrlC)."""
-    with TermAsCtrlC() as term:
+    trained now. Ctrl-C or `kill PID` stops it with every run in flight checkpointed (term_as_ctrl_c)."""
+    with term_as_ctrl_c() as term:
         return _run_sweep(runs, jobs, threads, term)
 
 
@@ -272,11 +264,11 @@ def main_guard(main):
         main()
     except UserError as e:
         if Provenance.active:
-            Provenance.active.stop(f"error: {e}")
+            Provenance.active.finish(stopped=f"error: {e}")
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         if Provenance.active:
-            Provenance.active.stop("interrupted")
+            Provenance.active.finish(stopped="interrupted")
         print("\ninterrupted; rerun the same command to resume (finished runs are skipped)", file=sys.stderr)
         sys.exit(130)

@@ -71,9 +71,7 @@ def stream_rms(r):
 
 class Data:
     """The corpus of the runs (loaded once), its fixed validation batch and its unigram loss."""
-
-    def __init__(self):
-        self.key = None
+    key = None  # (stages, block size, batch size) of the corpus loaded
 
     def load(self, run):
         from evaluate import run_corpus, unigram_loss, val_batch
@@ -161,8 +159,7 @@ def spike_definition(a):
             **({"loss_mads": a.loss_spike_mads} if a.loss_spike_mads is not None else {})}
 
 
-# ---------------------------------------------------------------------------------------------
-# report.md and report.json
+# --- report.md and report.json -----------------------------------------------------------------
 
 def regime(a, lr, depths):
     T = {d: prores_T(a, d, a.iters) for d in depths}
@@ -311,8 +308,7 @@ def render(records, out):
     return text
 
 
-# ---------------------------------------------------------------------------------------------
-# figures
+# --- figures -----------------------------------------------------------------------------------
 
 def panels(plt, n_rows, n_cols, name, out, draw, ylabels, logy=()):
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.5 * n_cols, 3.2 * n_rows), squeeze=False)

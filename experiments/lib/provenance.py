@@ -11,26 +11,24 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 from pathlib import Path
 
 from data.common import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
+HEARTBEAT_S = 60.0  # a running invocation rewrites its entry this often: one killed without a signal is kept
 
 
 def hardware_info():
     """What a report's times were measured on: CPU model and its widest vector instructions (one model name covers
     chips with and without AVX-512, ~2x apart on our fp32 steps), cores, threads, torch, Python, GPU."""
     import torch
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
-    flags = next((set(ln.split(":", 1)[1].split()) for ln in lines if ln.startswith(("flags", "Features"))), set())
+    from train import cpu_info
+    name, flags = cpu_info()
     isa = next((f.upper() for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "asimd") if f in flags), None)
-    return {"cpu": names[0] if names else platform.processor() or "CPU", "isa": isa, "cores": os.cpu_count(),
+    return {"cpu": name or platform.processor() or "CPU", "isa": isa, "cores": os.cpu_count(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
@@ -49,21 +47,19 @@ def git_state():
     """(commit, dirty: untracked files aside) of the checkout; (None, None) outside a git checkout."""
     import subprocess
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                capture_output=True, text=True, check=True).stdout
-        return commit, bool(status.strip())
+        lines = subprocess.run(["git", "status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
         return None, None
+    return next((ln.split()[2] for ln in lines if ln.startswith("# branch.oid ")), None), any(ln[:1] != "#" for ln in lines)
 
 
 class Provenance:
     """One invocation of an experiment in OUT/provenance.json, appended to those before it (a sweep
     resumed over several sessions is several invocations): Provenance(out) at the start of main()
     (commit, dirty, command, hardware), finish(runs_trained=n) at its end (wall and CPU seconds,
-    workers included); one stopped by Ctrl-C or an error is recorded by main_guard (stop()).
-    summary(): the latest invocation's commit, command and hardware, times summed over all."""
+    workers included); one stopped by Ctrl-C or an error is recorded by main_guard, one killed as its last
+    heartbeat wrote it. finish() returns summarize_provenance() of them all."""
 
     active = None  # the invocation in progress (started, not finished), for main_guard
 
@@ -73,41 +69,64 @@ class Provenance:
         self.entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit, "dirty": dirty,
                       "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + list(
                           sys.argv[1:] if argv is None else argv)),
-                      "hardware": hardware_info()}
-        self._t0, self._cpu0, self.out = time.time(), self._cpu(), Path(out)
+                      "hardware": hardware_info(), "started": time.time()}
+        self._t0, self._cpu0, self.out, self._done = self.entry["started"], self._cpu(), Path(out), threading.Event()
+        threading.Thread(target=self._heartbeat, daemon=True).start()
         Provenance.active = self
 
     @staticmethod
     def _cpu():
-        import resource
-        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+        import resource  # the workers reaped (getrusage), and the live ones (/proc)
+        s, c, live = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN), 0
+        for f in Path("/proc").glob("[0-9]*/stat"):
+            try:  # after the name: state, ppid, ..., utime and stime (clock ticks) at 11 and 12
+                v = f.read_text().rsplit(")", 1)[1].split()
+                live += int(v[11]) + int(v[12]) if int(v[1]) == os.getpid() else 0
+            except (OSError, ValueError, IndexError):
+                continue
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime + live / os.sysconf("SC_CLK_TCK")
 
     def entries(self):
         return json.loads(self.path.read_text()) if self.path.exists() else []
 
-    def finish(self, runs_trained, stopped=None):
-        """Append this invocation if it trained anything or was stopped; return summary()."""
-        Provenance.active = None
-        if runs_trained or stopped:
-            self.entry.update(wall_seconds=time.time() - self._t0, cpu_seconds=self._cpu() - self._cpu0,
-                              runs_trained=runs_trained, **({"stopped": stopped} if stopped else {}))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self.path, json.dumps(self.entries() + [self.entry], indent=1).encode())
-        return self.summary()
+    def _record(self, runs_trained, stopped, beat=False):
+        """This invocation's entry in OUT/provenance.json, appended, then rewritten in its place; none (removed) if it
+        trained nothing and was not stopped after its first minute (a wrong start is not a record)."""
+        def change(entries):
+            at = next((i for i, e in enumerate(entries) if e.get("started") == self.entry["started"]), len(entries))
+            if (beat and self._done.is_set()) or not (keep or at < len(entries)):
+                return None
+            now = dict(wall_seconds=time.time() - self._t0, cpu_seconds=self._cpu() - self._cpu0, runs_trained=runs_trained)
+            entries[at:at + 1] = [dict(self.entry, **now, **({"stopped": stopped} if stopped else {}))][:keep]
+            return entries
+        keep = bool(runs_trained or stopped and time.time() - self._t0 >= 60)
+        update_entries(self.path, change)
 
-    def stop(self, why):
-        """Append this invocation, stopped before finish(), with the runs finished under OUT since it
-        started, unless it finished nothing within its first minute (a wrong start is not a record)."""
-        done = sum(1 for name in ("summary.json", "diverged.json") for f in self.out.rglob(name)
+    def _heartbeat(self):
+        while not self._done.wait(HEARTBEAT_S):
+            self._record(self._runs_done(), "no end recorded (killed, or running): as at its last heartbeat", beat=True)
+
+    def _runs_done(self):
+        return sum(1 for name in ("summary.json", "diverged.json") for f in self.out.rglob(name)
                    if f.stat().st_mtime >= self._t0)
-        if done or time.time() - self._t0 >= 60:
-            return self.finish(done, stopped=why)
-        Provenance.active = None
-        return self.summary()
 
-    def summary(self):
+    def finish(self, runs_trained=None, stopped=None):
+        """Record this invocation (runs_trained: else those finished since it started); the summary of all."""
+        Provenance.active = None
+        self._done.set()
+        self._record(self._runs_done() if runs_trained is None else runs_trained, stopped)
         return summarize_provenance(self.entries())
+
+
+def update_entries(path, change):
+    """OUT/provenance.json rewritten as change(entries) returns it (None: left as it is), under a lock: a running
+    invocation's heartbeat and --reuse's inherit_invocations both rewrite it."""
+    import fcntl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".provenance.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (new := change(json.loads(path.read_text()) if path.exists() else [])) is not None:
+            atomic_write_bytes(path, json.dumps(new, indent=1).encode())
 
 
 def summarize_provenance(entries):
@@ -125,19 +144,15 @@ def summarize_provenance(entries):
 def kept_provenance(out):
     """The provenance of a report rebuilt without training: OUT/provenance.json, else the one OUT/report.json
     keeps, else None; never the rebuild's own time or machine."""
-    out = Path(out)
-    if (out / "provenance.json").exists():
-        return summarize_provenance(json.loads((out / "provenance.json").read_text()))
-    if (out / "report.json").exists():
-        return json.loads((out / "report.json").read_text()).get("provenance")
-    return None
+    if (path := Path(out) / "provenance.json").exists():
+        return summarize_provenance(json.loads(path.read_text()))
+    return json.loads(path.read_text()).get("provenance") if (path := Path(out) / "report.json").exists() else None
 
 
 def inherit_invocations(out, report):
     """OUT/provenance.json with a reused report's invocations first (they made the runs --reuse takes)."""
-    path, old = Path(out) / "provenance.json", (report.get("provenance") or {}).get("invocations", [])
-    new = json.loads(path.read_text()) if path.exists() else []
-    atomic_write_bytes(path, json.dumps(old + [e for e in new if e not in old], indent=1).encode())
+    old = (report.get("provenance") or {}).get("invocations", [])
+    update_entries(Path(out) / "provenance.json", lambda new: old + [e for e in new if e not in old])
 
 
 def provenance_line(prov):
