@@ -58,6 +58,16 @@ def paper_section(i, name, heading, rep):
         shown, at = load(other), f"experiments/results/{other}"
         lines += ["", f"{shown['front_table']['title']} ([{at}/report.md]({at}/report.md)). {shown['regime']}", ""]
         lines += shown["front_table"]["lines"]
+    claims = {v["claim"] for v in rep.get("verdicts", [])}
+    beside = [(o, vs) for o, _ in SHOWN.get(name, ()) for vs in [load(o).get("verdicts", [])]
+              if claims & {v["claim"] for v in vs}]
+    if beside:  # each claim's verdict in each regime that reads the same claims, the main report's first
+        lines += ["", "Each claim's verdict in each of these reports:", "", "| the paper's claim | " + " | ".join(
+            f"[{o}](experiments/results/{o}/report.md)" for o, _ in [(name, 0)] + beside) + " |",
+                  "|---|" + "---|" * (1 + len(beside))]
+        lines += [f"| {v['claim']} | " + " | ".join(next((w["verdict"] for w in vs if w["claim"] == v["claim"]), "-")
+                                                   for vs in [rep["verdicts"]] + [vs for _, vs in beside]) + " |"
+                  for v in rep["verdicts"]]
     earlier = sorted(p.parent.name for p in RESULTS.glob(f"{name}-*/report.md")
                      if p.parent.name not in dict(SHOWN.get(name, ())))
     if earlier:  # the earlier defaults' reports, kept beside the current one

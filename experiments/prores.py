@@ -7,8 +7,7 @@ Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alph
     python experiments/prores.py --plan             # its runs and estimated time; trains nothing
     python experiments/prores.py --quick            # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --preset depth     # an lr x depth scan of the baselines, then 5 placements there
-    python experiments/prores.py --preset pilot     # T = 100 steps a layer, 10,000 steps, L 8 / 48, one seed
-    python experiments/prores.py --preset pilot --set seeds=3 --reuse experiments/results/prores-pilot  # 3 seeds
+    python experiments/prores.py --preset pilot     # T = 100 steps a layer, 10,000 steps, L 8 / 48, 3 seeds
     python experiments/prores.py --preset warmup    # the breakdown's Post-LN baselines, a 200-step lr warm-up
     python experiments/prores.py --report-only --out experiments/results/prores   # rebuild from report.json
 
@@ -53,8 +52,9 @@ PRESETS = {  # "quick": the entries --quick replaces
                   quick=dict(iters=60, scan_lrs=[2e-3, 8e-3], scan_depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
     # the paper's steps a layer (T >= 100; theirs 500-1,000) and a run long enough to end flat after the ramp; a
     # 1,024-token batch's loss alone moves > 10% a step, so a loss spike is counted above the run's own noise
-    "pilot": dict(COMMON, lr=8e-3, depths=[8, 48], norms=["pre", "post"], iters=10_000, seeds=1, evals=40, prores_T=100,
-                  loss_spike_mads=6.0, quick=dict(iters=60, depths=[4, 16], eval_iters=4, evals=2, prores_T=2)),
+    "pilot": dict(COMMON, lr=8e-3, depths=[8, 48], norms=["pre", "post"], iters=10_000, seeds=3, evals=40,
+                  prores_T=100, loss_spike_mads=6.0,
+                  quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2, prores_T=2)),
     # the breakdown's Post-LN baselines with a warm-up of 200 steps instead of 20: is its stall the warm-up's?
     "warmup": dict(COMMON, lr=4e-3, depths=[8, 48, 96], norms=["post"], iters=1000, seeds=3, evals=10,
                    warmup_frac=0.2, arms=["base"], quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
@@ -104,8 +104,7 @@ def parse_args(argv=None):
         raise UserError(f"--lr and --depths take numbers (or auto): {e}") from None
     a.norms = a.norms.split(",") if isinstance(a.norms, str) else a.norms
     a.train_args = a.train_args.split() if isinstance(a.train_args, str) else a.train_args
-    bad = [n for n in a.norms + a.scan_norms if n not in model.NORMS]
-    if bad:
+    if bad := [n for n in a.norms + a.scan_norms if n not in model.NORMS]:
         raise UserError(f"unknown norm placement(s) {bad}; choose from {', '.join(model.NORMS)}")
     if not isinstance(a.arms, list) or not a.arms or set(a.arms) - set(ARMS) or len(set(a.arms)) < len(a.arms):
         raise UserError(f"--set arms={a.arms}: give a list of distinct arms from {list(ARMS)}, e.g. arms=[\"base\"]")
@@ -194,8 +193,7 @@ def main(argv=None):
         return plan(a)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.report_only and not a.reuse and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
-        records = rep.read_records(a.out)
-        if records is None:
+        if (records := rep.read_records(a.out)) is None:
             raise UserError(f"no finished runs in {a.out / 'runs'} and no {a.out / 'report.json'}: "
                             "run without --report-only first")
     else:

@@ -5,6 +5,7 @@ import json
 import math
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_runs_and_their_train_flags(tmp_path):
     assert [prores_T(b, d, b.iters) for d in b.depths] == [62.5, 10.4167, 5.2083]
     p = exp.parse_args(["--preset", "pilot", "--out", str(tmp_path / "p")])  # the paper's T >= 100 steps a layer
     runs = measure_runs(p, p.lr, p.depths)
-    assert {r.meta["T"] for r in runs if r.meta["prores"]} == {100} and len(runs) == 2 * 2 * 2 and p.iters == 10_000
+    assert {r.meta["T"] for r in runs if r.meta["prores"]} == {100} and len(runs) == 2 * 2 * 2 * 3 and p.iters == 10_000
     assert all(prores.ramp_steps(r.meta["depth"], 100) <= p.iters // 2 for r in runs)   # half the run after the ramp
     w = exp.parse_args(["--preset", "warmup", "--out", str(tmp_path / "w")])  # the Post-LN baselines, 200-step warm-up
     runs = measure_runs(w, w.lr, w.depths)
@@ -200,7 +201,8 @@ def test_tiny_sweep_end_to_end(cache, tmp_path, capsys):
     assert cell["test"] == "paired" and cell["p"] == pytest.approx(stats.ttest_rel(v[True], v[False]).pvalue)
     md = (out / "report.md").read_text()
     assert "| ProRes lowers the loss with Pre-LN |" in md and "## The scan of the baselines" in md
-    assert "## Along training (seed 0)" in md and "by the 0.1-nat margin (n < 3)" not in md  # 3 seeds: the test
+    assert rep["plateau"]["n"] == len(rep["runs"]) and rep["plateau"]["window"] == [4, 5]  # every run's val curve
+    assert "## Along training (mean ± std over seeds)" in md and "by the 0.1-nat margin (n < 3)" not in md  # 3 seeds: the test
     capsys.readouterr()
     exp.main(argv)  # everything is finished: nothing trains, the provenance records no new invocation
     assert "already finished (skipped)" in capsys.readouterr().out and (out / "report.md").read_text() == md
@@ -228,6 +230,8 @@ def test_committed_report_rebuilds_byte_identical(tmp_path, name):
     if name == "prores-pilot":  # the paper's steps a layer, and every run's validation curve
         assert all(r["prores_T"] >= 100 for r in rep["runs"] if r["prores"])
         assert all(len(r["val_curve"]) == len(r["val_steps"]) == 40 for r in rep["runs"])
+        cells = Counter((r["norm"], r["prores"], r["depth"]) for r in rep["runs"])  # the main grid: n >= 3 a cell
+        assert len(cells) == 8 and min(cells.values()) >= 3
 
 
 def test_report_only_without_runs_or_report_is_one_line(tmp_path, capsys):
@@ -260,6 +264,25 @@ def test_one_seed_reads_depth_by_the_margin():
     rows = front_table(recs, 0.1)["lines"]
     assert rows[-1].endswith("| +0.300 (p = n/a) | yes by the 0.1-nat margin (n < 3) |")
     assert front_table(recs, 0.5)["lines"][-1].endswith("no by the 0.5-nat margin (n < 3) |")
+
+
+def test_plateau_check_tests_the_change_before_the_decay():
+    """along(): each run's val loss over the tenth of the run before the lr decay, mean over seeds per condition,
+    and the change over all runs tested against 0 (scipy's one-sample t-test: the paired test of end vs start)."""
+    import argparse
+    from experiments.lib.prores_report import along
+    a = argparse.Namespace(iters=1000, decay_frac=0.1, warmup_frac=0.02, prores_schedule="linear")
+    steps, drops = list(range(100, 1001, 100)), {(False, 0): 0.05, (False, 1): 0.03, (True, 0): 0.04, (True, 1): 0.01}
+    recs = [dict(norm="pre", prores=pr, depth=4, seed=s, prores_T=50, name=f"{pr}{s}", val_steps=steps,
+                 val_curve=[3.0 - (d if t >= 900 else 0) - 0.001 * t for t in steps]) for (pr, s), d in drops.items()]
+    lines, plateau = along(a, recs)
+    changes = [-0.1 - d for d in drops.values()]  # steps 800 -> 900: 0.1 of the slope, then the drop at 900
+    assert plateau["window"] == [800, 900] and plateau["n"] == 4 and plateau["change"] == pytest.approx(-0.1325)
+    assert plateau["p"] == pytest.approx(stats.ttest_1samp(changes, 0).pvalue) and plateau["flat"] is False
+    assert "| Pre-LN | 4 | 20 |" in lines[6] and "| Pre-LN + ProRes | 4 | 200 |" in lines[7]
+    assert lines[6].endswith("| -0.140 ± 0.014 |") and lines[-2].endswith("still falling.")
+    flat = [dict(r, val_curve=[3.0] * len(steps)) for r in recs]
+    assert along(a, flat)[1]["flat"] and along(a, flat)[1]["p"] is None  # no change: no spread, nothing to test
 
 
 def test_a_sweep_grown_by_seeds_reuses_the_runs_of_an_earlier_report(cache, tmp_path, capsys):

@@ -94,16 +94,13 @@ def records(report):
                         loss_spikes=r["loss_spikes"], grad_spikes=r["grad_spikes"], growth_b=fit.get("b"),
                         max_grad_norm_after_warmup=r.get("max_grad_norm_after_warmup"),
                         open_stream=r["norm"] in OPEN_STREAM, degrades=False))
-    for norm in sorted({r["norm"] for r in out}):
+    for norm in sorted({r["norm"] for r in out if r["arm"] == "baseline"}):
         base = [r for r in out if r["norm"] == norm and r["arm"] == "baseline"]
-        if not base:
-            continue
         d0 = min(r["depth"] for r in base)
         at_d0 = {r["seed"]: r["val_loss"] for r in base if r["depth"] == d0}
         for d in sorted({r["depth"] for r in base} - {d0}):
             deep = [r for r in base if r["depth"] == d and r["seed"] in at_d0]
-            ref = [dict(norm=norm, arm="baseline at L0", depth=d, seed=r["seed"], val_loss=at_d0[r["seed"]])
-                   for r in deep]
+            ref = [dict(norm=norm, arm="baseline at L0", depth=d, seed=r["seed"], val_loss=at_d0[r["seed"]]) for r in deep]
             c = compare(deep, ref, "val_loss", lower_is_better=False)
             for r in out:
                 if (r["norm"], r["depth"]) == (norm, d):

@@ -1,6 +1,5 @@
 """
-The ProRes experiment's records, report and figures (experiments/prores.py runs the sweep; the claims
-are lib/prores_claims.py, read by lib/claims.py).
+The ProRes experiment's records, report and figures (experiments/prores.py runs it; claims: lib/prores_claims.py).
 
     recs = analyse(a, runs)         # one record per finished run, from its folder
     text = render(records, out)     # report.md, report.json and the PNGs from the records alone
@@ -14,12 +13,13 @@ import argparse
 import json
 import math
 from collections import Counter
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
 
 from experiments.lib import prores_claims
-from experiments.lib.claims import MIN_N, RULE, compare, fmt_mean_std, fmt_p, read_all, table
+from experiments.lib.claims import MIN_N, RULE, compare, fmt_mean_std, fmt_p, paired, read_all, table
 from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import pyplot, read_events, read_summary, save_figure, settings_json, write_report
 from experiments.lib.prores_runs import arm_flags, prores_T, warmup_iters
@@ -39,6 +39,13 @@ FIGURES = {"breakdown.png": "final val loss against depth, every seed", "curves.
 
 def label(norm, pr):
     return NAMES.get(norm, norm) + (" + ProRes" if pr else "")
+
+
+def conditions(recs):
+    """[(norm, prores, depth, its runs)] in the report's order."""
+    key = lambda r: (list(NAMES).index(r["norm"]), r["prores"], r["depth"])  # noqa: E731
+    groups = [list(g) for _, g in groupby(sorted(recs, key=key), key)]
+    return [(g[0]["norm"], g[0]["prores"], g[0]["depth"], g) for g in groups]
 
 
 def spike_steps(values, window, factor=None, mads=None):
@@ -121,8 +128,7 @@ def spikes(a, r):
 
 
 def analyse(a, runs):
-    data = Data()
-    return [analyse_run(a, run, data) for run in runs]
+    return [analyse_run(a, run, data) for data in [Data()] for run in runs]
 
 
 def settle(r, warmup_iters, stuck_margin, curves=True):
@@ -141,8 +147,8 @@ def settle(r, warmup_iters, stuck_margin, curves=True):
 
 def read_records(out):
     """The records of OUT/report.json (what render needs when the run folders are gone), or None."""
-    path = Path(out) / "report.json"
-    return {k: v for k, v in json.loads(path.read_text()).items() if k in RECORD_KEYS} if path.exists() else None
+    p = Path(out) / "report.json"
+    return {k: v for k, v in json.loads(p.read_text()).items() if k in RECORD_KEYS} if p.exists() else None
 
 
 def collect(a, scan_recs, meas_recs, point):
@@ -205,14 +211,11 @@ def stuck_notes(recs, warmup):
     notes = {}
     for norm in sorted({r["norm"] for r in recs}):
         base = [r for r in recs if r["norm"] == norm and not r["prores"]]
-        depths = sorted({r["depth"] for r in base})
-        failed = [(d, sum(r["failed"] for r in base if r["depth"] == d), sum(r["depth"] == d for r in base))
-                  for d in depths]
-        if any(k for _, k, _ in failed):
-            n = NAMES[norm]
-            note = ("the baseline failed to train (diverged or ended near the unigram loss) at " + ", ".join(
-                f"L = {d} ({k}/{m})" for d, k, m in failed if k) + f", after a {warmup:,}-step lr warm-up")
-            notes.update({c.claim: note for c in (prores_claims.degrades(norm, n), prores_claims.prevents(norm, n))})
+        failed, runs = Counter(r["depth"] for r in base if r["failed"]), Counter(r["depth"] for r in base)
+        note = ("the baseline failed to train (diverged or ended near the unigram loss) at " + ", ".join(
+            f"L = {d} ({failed[d]}/{runs[d]})" for d in sorted(failed)) + f", after a {warmup:,}-step lr warm-up")
+        notes.update({c.claim: note for c in (prores_claims.degrades(norm, NAMES[norm]),
+                                              prores_claims.prevents(norm, NAMES[norm]))} if failed else {})
     return notes
 
 
@@ -224,9 +227,7 @@ def runs_table(recs):
             ("RMS growth, last / first block", "act_growth", "{:.2f}"))
     lines = ["| condition | L | failed | " + " | ".join(c[0] for c in cols) + " | b of log RMS |",
              "|---|---|---|" + "---|" * (len(cols) + 1)]
-    for norm, pr, d in sorted({(r["norm"], r["prores"], r["depth"]) for r in recs},
-                              key=lambda k: (list(NAMES).index(k[0]), k[1], k[2])):
-        rs = [r for r in recs if (r["norm"], r["prores"], r["depth"]) == (norm, pr, d)]
+    for norm, pr, d, rs in conditions(recs):
         lines.append(f"| {label(norm, pr)} | {d} | {sum(r['failed'] for r in rs)}/{len(rs)} | " + " | ".join(
             fmt_mean_std([r[k] for r in rs], f) for _, k, f in cols) + " | " +
             fmt_mean_std([(r["act_fit"] or {}).get("b") for r in rs], "{:.4f}") + " |")
@@ -234,20 +235,26 @@ def runs_table(recs):
 
 
 def along(a, recs):
-    """Seed 0's validation loss where every layer is on (the lr warmup's end for a baseline), where the lr decay
-    starts, and at the end; and its change over the tenth of the run before the decay: has it flattened?"""
-    rs = [r for r in recs if r.get("val_curve") and r["seed"] == min(x["seed"] for x in recs)]
+    """Validation loss where every layer is on (the lr warmup's end for a baseline), where the lr decay starts, and
+    at the end, mean over seeds; and the plateau check: has the loss flattened over the tenth of the run before the
+    decay? (each run's loss at its end against its start, by the paired t-test)."""
+    rs = [r for r in recs if r.get("val_curve")]
     at = lambda r, t: next((v for s, v in zip(r["val_steps"][::-1], r["val_curve"][::-1]) if s <= t), None)  # noqa
     stable = round(a.iters * (1 - a.decay_frac))
-    lines = ["## Along training (seed 0)", "", "Validation loss (nats/token).", "", "| condition | L | every layer on"
-             f" by step | val loss there | at step {stable:,} (decay starts) | end | change over steps "
-             f"{stable - a.iters // 10:,}-{stable:,} |", "|---|---|---|---|---|---|---|"]
-    for r in sorted(rs, key=lambda r: (list(NAMES).index(r["norm"]), r["prores"], r["depth"])):
-        on = ramp_steps(r["depth"], r["prores_T"], a.prores_schedule) if r["prores"] else warmup_iters(a, a.iters)
-        v = [at(r, t) for t in (on, stable, a.iters, stable - a.iters // 10)]
-        lines.append(f"| {label(r['norm'], r['prores'])} | {r['depth']} | {on:,} | " + " | ".join(
-            "-" if x is None else f"{x:.3f}" for x in v[:3]) + f" | {'-' if None in v[1::2] else f'{v[1] - v[3]:+.3f}'} |")
-    return lines + [""] if rs else []
+    lo, lines = stable - max(1, a.iters // 10), ["## Along training (mean ± std over seeds)", "", "Validation loss (nats).", ""]
+    lines += [f"| condition | L | every layer on by step | val loss there | at step {stable:,} (decay starts) | end | "
+              f"change over steps {lo:,}-{stable:,} |", "|---|---|---|---|---|---|---|"]
+    for n, pr, d, grp in conditions(rs):
+        on = ramp_steps(d, grp[0]["prores_T"], a.prores_schedule) if pr else warmup_iters(a, a.iters)
+        v = [[at(r, t) for r in grp] for t in (on, stable, a.iters)] + [[at(r, stable) - at(r, lo) for r in grp]]
+        lines.append(f"| {label(n, pr)} | {d} | {on:,} | " + " | ".join(map(fmt_mean_std, v[:3])) + f" | "
+                     f"{fmt_mean_std(v[3], '{:+.3f}')} |")
+    c = paired([at(r, stable) for r in rs], [at(r, lo) for r in rs])
+    plateau = dict(window=[lo, stable], change=c["diff"], p=c["p"], n=c["n"], flat=not c["clear"])
+    return lines + ["", f"Plateau check: over steps {lo:,}-{stable:,} the val loss of the {c['n']} runs changed by "
+                    f"{c['diff']:+.3f} nats on average (paired t-test, end against start, {fmt_p(c['p'])}): " + (
+                        "no clear change, flat" if plateau["flat"] else "still " + ("falling" if c["diff"] < 0 else
+                                                                                   "rising")) + ".", ""], plateau
 
 
 def scan_table(a, srecs):
@@ -266,10 +273,8 @@ def scan_table(a, srecs):
 
 def render(records, out):
     """report.md, report.json and the PNGs of OUT from the records alone; returns report.md's text."""
-    out, a = Path(out), argparse.Namespace(**records["settings"])
-    a.out, point = out, records["measurement_point"]
-    lr, depths = point["lr"], point["depths"]
-    warmup = warmup_iters(a, a.iters)
+    out, a, point = Path(out), argparse.Namespace(**records["settings"]), records["measurement_point"]
+    a.out, lr, depths, warmup = out, point["lr"], point["depths"], warmup_iters(a, a.iters)
     seed0 = min((r["seed"] for r in records["runs"]), default=0)
     recs = [settle(r, warmup, a.stuck_margin, r["seed"] == seed0) for r in records["runs"]]
     srecs = [settle(r, warmup_iters(a, a.scan_iters), a.stuck_margin, False) for r in records["scan"]]
@@ -277,8 +282,7 @@ def render(records, out):
     entries = read_all(prores_claims.with_spike_rule(sd), prores_claims.records({"runs": recs}),
                        notes={prores_claims.CLAIMS[-1].claim: f"`{a.stage}` has no downstream tasks",
                               **stuck_notes(recs, warmup)})
-    prov = kept_provenance(out)
-    front, reg = front_table(recs, a.margin), regime(a, lr, depths)
+    prov, front, reg = kept_provenance(out), front_table(recs, a.margin), regime(a, lr, depths)
     train_s, kept = sum(r["seconds"] or 0 for r in {r["name"]: r for r in recs + srecs}.values()), Counter(
         f"{r['reused']}/report.json" for r in recs if r.get("reused"))  # --reuse: runs an earlier report holds
     lines = [f"# ProRes: {'depth scan, then ' if a.scan else ''}baselines{' and ProRes' * (True in arm_flags(a))} at depth"
@@ -297,13 +301,15 @@ def render(records, out):
                   "Final val loss; [loss spikes/gradient spikes].", ""] + scan_table(a, srecs) + [""]
         lines += ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
             f"- measured: lr {lr:g}, depths {', '.join(map(str, depths))}", ""]
-    lines += ["## Every condition (mean ± std over seeds)", ""] + runs_table(recs) + [""] + along(a, recs)
+    trend, plateau = along(a, recs) if any(r.get("val_curve") for r in recs) else ([], None)
+    lines += ["## Every condition (mean ± std over seeds)", ""] + runs_table(recs) + [""] + trend
     figures = plot(a, srecs, recs, depths)
     lines += ["Figures: " + ", ".join(f"`{f}` ({FIGURES[f]})" for f in figures) + ". Every run's numbers: "
               "`report.json`." + (" --quick is a smoke test of the pipeline, not of the claims." if a.quick else ""), ""]
     text = "\n".join(lines)
     write_report(out, text, source=SOURCE, regime=reg, figures=figures, verdicts=entries, provenance=prov,
-                 front_table=front, train_seconds=train_s, **{k: records[k] for k in RECORD_KEYS[:3]},
+                 front_table=front, train_seconds=train_s, **({"plateau": plateau} if plateau else {}),
+                 **{k: records[k] for k in RECORD_KEYS[:3]},
                  scan=srecs, runs=recs)
     return text
 

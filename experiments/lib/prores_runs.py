@@ -44,10 +44,9 @@ def train_argv(a, norm, pr, depth, lr, seed, iters):
     """train.py flags of one run (run_sweep adds --out, --resume, --threads)."""
     argv = ["--stages", a.stage, "--n-layer", depth, "--n-head", a.n_head, "--n-embd", a.n_embd,
             "--block-size", a.block_size, "--batch-size", a.batch_size, "--iters", iters, "--lr", lr,
-            "--min-lr", a.min_lr, "--warmup-iters", warmup_iters(a, iters),
-            "--schedule", a.schedule, "--decay-frac", a.decay_frac, "--init", init_of(a, norm, pr), "--norm", norm,
-            "--seed", seed, "--log-interval", 1, "--eval-interval", max(1, iters // a.evals),
-            "--eval-iters", a.eval_iters, "--no-progress"]
+            "--min-lr", a.min_lr, "--warmup-iters", warmup_iters(a, iters), "--schedule", a.schedule,
+            "--decay-frac", a.decay_frac, "--init", init_of(a, norm, pr), "--norm", norm, "--seed", seed,
+            "--log-interval", 1, "--eval-interval", max(1, iters // a.evals), "--eval-iters", a.eval_iters, "--no-progress"]
     if pr:
         argv += ["--prores", "--prores-T", str(prores_T(a, depth, iters)), "--prores-schedule", a.prores_schedule]
     return [str(x) for x in argv] + a.train_args
