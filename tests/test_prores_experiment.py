@@ -202,7 +202,7 @@ def test_tiny_sweep_end_to_end(cache, tmp_path, capsys):
     md = (out / "report.md").read_text()
     assert "| ProRes lowers the loss with Pre-LN |" in md and "## The scan of the baselines" in md
     assert rep["plateau"]["n"] == len(rep["runs"]) and rep["plateau"]["window"] == [4, 5]  # every run's val curve
-    assert "## Along training (mean ± std over seeds)" in md and "by the 0.1-nat margin (n < 3)" not in md  # 3 seeds: the test
+    assert "## Validation loss along training (nats, mean ± std over seeds)" in md and "by the 0.1-nat margin (n < 3)" not in md  # 3 seeds: the test
     capsys.readouterr()
     exp.main(argv)  # everything is finished: nothing trains, the provenance records no new invocation
     assert "already finished (skipped)" in capsys.readouterr().out and (out / "report.md").read_text() == md
@@ -279,8 +279,8 @@ def test_plateau_check_tests_the_change_before_the_decay():
     changes = [-0.1 - d for d in drops.values()]  # steps 800 -> 900: 0.1 of the slope, then the drop at 900
     assert plateau["window"] == [800, 900] and plateau["n"] == 4 and plateau["change"] == pytest.approx(-0.1325)
     assert plateau["p"] == pytest.approx(stats.ttest_1samp(changes, 0).pvalue) and plateau["flat"] is False
-    assert "| Pre-LN | 4 | 20 |" in lines[6] and "| Pre-LN + ProRes | 4 | 200 |" in lines[7]
-    assert lines[6].endswith("| -0.140 ± 0.014 |") and lines[-2].endswith("still falling.")
+    assert "| Pre-LN | 4 | 20 |" in lines[4] and "| Pre-LN + ProRes | 4 | 200 |" in lines[5]
+    assert lines[4].endswith("| -0.140 ± 0.014 |") and lines[-2].endswith("still falling.")
     flat = [dict(r, val_curve=[3.0] * len(steps)) for r in recs]
     assert along(a, flat)[1]["flat"] and along(a, flat)[1]["p"] is None  # no change: no spread, nothing to test
 

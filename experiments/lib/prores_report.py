@@ -147,8 +147,8 @@ def settle(r, warmup_iters, stuck_margin, curves=True):
 
 def read_records(out):
     """The records of OUT/report.json (what render needs when the run folders are gone), or None."""
-    p = Path(out) / "report.json"
-    return {k: v for k, v in json.loads(p.read_text()).items() if k in RECORD_KEYS} if p.exists() else None
+    path = Path(out) / "report.json"
+    return {k: v for k, v in json.loads(path.read_text()).items() if k in RECORD_KEYS} if path.exists() else None
 
 
 def collect(a, scan_recs, meas_recs, point):
@@ -241,7 +241,7 @@ def along(a, recs):
     rs = [r for r in recs if r.get("val_curve")]
     at = lambda r, t: next((v for s, v in zip(r["val_steps"][::-1], r["val_curve"][::-1]) if s <= t), None)  # noqa
     stable = round(a.iters * (1 - a.decay_frac))
-    lo, lines = stable - max(1, a.iters // 10), ["## Along training (mean ± std over seeds)", "", "Validation loss (nats).", ""]
+    lo, lines = stable - max(1, a.iters // 10), ["## Validation loss along training (nats, mean ± std over seeds)", ""]
     lines += [f"| condition | L | every layer on by step | val loss there | at step {stable:,} (decay starts) | end | "
               f"change over steps {lo:,}-{stable:,} |", "|---|---|---|---|---|---|---|"]
     for n, pr, d, grp in conditions(rs):
