@@ -54,13 +54,13 @@ def paper_section(i, name, heading, rep):
     figs = rep.get("figures", [])
     if figs:
         lines += ["", "Figures: " + ", ".join(f"[{f}]({link}/{f})" for f in figs) + "."]
-    for other, _ in SHOWN.get(name, ()):
-        shown, at = load(other), f"experiments/results/{other}"
+    others = {o: load(o) for o, _ in SHOWN.get(name, ())}  # each report.json read once
+    for other, shown in others.items():
+        at = f"experiments/results/{other}"
         lines += ["", f"{shown['front_table']['title']} ([{at}/report.md]({at}/report.md)). {shown['regime']}", ""]
         lines += shown["front_table"]["lines"]
     claims = {v["claim"] for v in rep.get("verdicts", [])}
-    beside = [(o, vs) for o, _ in SHOWN.get(name, ()) for vs in [load(o).get("verdicts", [])]
-              if claims & {v["claim"] for v in vs}]
+    beside = [(o, vs) for o, r in others.items() for vs in [r.get("verdicts", [])] if claims & {v["claim"] for v in vs}]
     if beside:  # each claim's verdict in each regime that reads the same claims, the main report's first
         lines += ["", "Each claim's verdict in each of these reports:", "", "| the paper's claim | " + " | ".join(
             f"[{o}](experiments/results/{o}/report.md)" for o, _ in [(name, 0)] + beside) + " |",
