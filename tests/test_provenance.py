@@ -138,3 +138,27 @@ def test_pace_line_scales_the_rest_by_the_finished_runs_measured_time(tmp_path):
     line = common.pace_line(runs, lambda r: estimate[r.name], 600.0, 2)
     assert "the 2 finished run(s) took 20 min, 3.00x their estimate" in line
     assert line.endswith("the rest at that pace ~15 min with --jobs 2")  # 3 x 600 s / 2 jobs
+
+
+def test_a_heartbeat_that_cannot_write_warns_and_beats_again(tmp_path, monkeypatch, capsys):
+    """A failed write (a full disk) does not stop the heartbeat: it says so, and the next beat writes the entry."""
+    monkeypatch.setattr(provenance, "HEARTBEAT_S", 0.02)
+    real, failed = provenance.update_entries, []
+
+    def flaky(path, change):
+        if not failed:
+            failed.append(1)
+            raise OSError(28, "No space left on device")
+        real(path, change)
+    monkeypatch.setattr(provenance, "update_entries", flaky)
+    beat = provenance.Provenance(tmp_path, argv=["--seeds", "3"])
+    beat._t0 -= 120  # past its first minute: a heartbeat keeps it
+    for _ in range(500):
+        if beat.entries():
+            break
+        time.sleep(0.02)
+    beat._done.set()
+    provenance.Provenance.active = None
+    assert failed and beat.entries()[0]["stopped"].startswith("no end recorded")
+    err = capsys.readouterr().err
+    assert "provenance heartbeat could not write" in err and "No space left on device" in err

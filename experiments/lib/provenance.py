@@ -35,8 +35,7 @@ def hardware_info():
 
 def hardware(info=None):
     """One line of hardware_info() (or of the string an old report kept)."""
-    h = info or hardware_info()
-    if isinstance(h, str):
+    if isinstance(h := info or hardware_info(), str):
         return h
     return (f"{h['cpu']}" + (f" ({h['isa']})" if h.get("isa") else "")
             + f", {h['cores']} cores, torch {h['torch']}, Python {h['python']}"
@@ -104,7 +103,10 @@ class Provenance:
 
     def _heartbeat(self):
         while not self._done.wait(HEARTBEAT_S):
-            self._record(self._runs_done(), "no end recorded (killed, or running): as at its last heartbeat", beat=True)
+            try:  # a failed write (a full disk, a removed OUT) is said and retried at the next beat, not fatal
+                self._record(self._runs_done(), "no end recorded (killed, or running): as at its last heartbeat", beat=True)
+            except OSError as e:
+                print(f"warning: provenance heartbeat could not write {self.path}: {e}; retrying", file=sys.stderr)
 
     def _runs_done(self):
         return sum(1 for name in ("summary.json", "diverged.json") for f in self.out.rglob(name)
@@ -133,8 +135,7 @@ def summarize_provenance(entries):
     """report.json's `provenance` from the invocations that trained (see Provenance)."""
     if not entries:
         return None
-    last = entries[-1]
-    cpu = [e.get("cpu_seconds") for e in entries]
+    last, cpu = entries[-1], [e.get("cpu_seconds") for e in entries]
     return {"commit": last["commit"], "dirty": last["dirty"], "command": last["command"],
             "hardware": last["hardware"], "wall_seconds": sum(e["wall_seconds"] for e in entries),
             "cpu_seconds": None if None in cpu else sum(cpu),
@@ -161,10 +162,9 @@ def provenance_line(prov):
         return "Provenance: not recorded."
     machines = list(dict.fromkeys(hardware(e["hardware"]) for e in prov.get("invocations") or [prov]))
     commit = (prov["commit"] or "unknown")[:10] + (" (dirty tree)" if prov.get("dirty") else "")
-    n = len(prov.get("invocations", [])) or 1
     return (f"Provenance: commit {commit}; `{prov['command']}`; "
             + (f"{machines[0]}; " if len(machines) == 1 else f"on {len(machines)} machines, {' / '.join(machines)}; ")
             + f"{prov['wall_seconds'] / 60:.1f} min wall, "
             + (f"{prov['cpu_seconds'] / 60:.1f} min CPU" if prov.get("cpu_seconds") is not None else "CPU time not recorded")
-            + (f", over {n} invocations (resumed)" if n > 1 else "")
+            + (f", over {n} invocations (resumed)" if (n := len(prov.get("invocations", []))) > 1 else "")
             + (f". {prov['note'][0].upper()}{prov['note'][1:].rstrip('.')}" if prov.get("note") else "") + ".")
