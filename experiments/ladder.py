@@ -13,14 +13,13 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py --preset paper --plan  # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
 
-Every pre-training stage is a train.py run, once per (width, seed), and every prose stage a run that starts
-from it (--init-from; one music run of 3N chunks serves music, volume-large, the ablations and the ladder's
-poetry), in waves through common.run_sweep (finished runs skipped). Every prose run is stage 0 of its own run,
-so at one seed every condition sees the same prose batches, evaluated after each prose epoch. Budgets (PRESETS): prose
-= the first --prose-tokens training tokens for --prose-epochs epochs; music on N (volume-small) or 3N
---music-chunks (the paper's 12k : 36k); compute-matched = prose only for as many steps as the whole ladder;
-the long pair until --patience epochs bring no new best (at most --long-epochs), its ppl_final the best.
-"""
+Every pre-training stage is a train.py run, once per (width, seed), and every prose stage a run that starts from it
+(--init-from; one music run of 3N chunks serves music, volume-large, the ablations and the ladder's poetry), in waves
+through common.run_sweep (finished runs skipped). Every prose run is stage 0 of its own run, so at one seed every
+condition sees the same prose batches, evaluated after each prose epoch. Budgets (PRESETS): prose = the first
+--prose-tokens training tokens for --prose-epochs epochs; music on N (volume-small) or 3N --music-chunks (the paper's
+12k : 36k); compute-matched = prose only for as many steps as the whole ladder; the long pair until --patience epochs
+bring no new best (at most --long-epochs), its ppl_final the best."""
 
 import math
 import os
@@ -351,6 +350,11 @@ def collect(a, runs):
              "prose_desc": (f"the first {unique:,} training tokens of {a.prose_stage}"
                             + (f" ({a.prose})" if a.prose_stage == "prose" else "")) if unique else
              f"the whole {a.prose_stage} training split ({a.prose})", "long_pair_elsewhere": long_pair_cost(a)}
+    pre = [(r.name.rsplit("-s", 1)[0][4:], r.meta, common.read_summary(r.folder)["stages"][0]) for r in done
+           if r.name.startswith("pre-")]  # what each pre-training run learnt: its val ppl, its data's unigram ppl
+    facts["pretrain"] = {k: {"stage": PRETRAIN[k.rsplit("-d", 1)[0]][0].removesuffix("_stage"), "steps": m["steps"],
+                             "val_ppl": [x["val_ppl"] for k2, _, x in pre if k2 == k],
+                             "unigram_ppl": t.get("unigram_val_ppl")} for k, m, t in pre}
     if a.preset == "contributions":  # music.png: a real piece beside one sampled from the d16 music run
         facts["music_train_chunks"] = len(ladder_music.music_corpus(a).train) // (a.block_size + 1)
         ladder_music.real_and_sampled(a, checkpoint_of(a, pre_run(a, "musicL", min(a.widths), 0)), a.out / "music.png")
@@ -374,21 +378,18 @@ def main(argv=None):
     from experiments.lib import ladder_report
     a, t0 = parse_args(argv), time.time()
     if a.plan:
-        print_plan(a, plan(a))
-        return
+        return print_plan(a, plan(a))
     if a.report_only and (a.out / "report.json").exists() and not (a.out / "runs").exists():
         print(f"no run folders in {a.out}: rebuilding from its report.json (the flags it was made with)")
         text = ladder_report.rebuild(a.out)
     else:
         runs = plan(a)
         a.out.mkdir(parents=True, exist_ok=True)
-        if a.report_only:
-            provenance = kept_provenance(a.out)
-        else:
+        if not a.report_only:
             prov = Provenance(a.out, argv)
             print_plan(a, runs)
             ladder_music.check_music_chunks(a, runs)
-            provenance = prov.finish(runs_trained=run_waves(a, runs))
+        provenance = kept_provenance(a.out) if a.report_only else prov.finish(runs_trained=run_waves(a, runs))
         text = (ladder_report.render_headline(a, *headline_records(a, runs), a.out, provenance)
                 if a.preset == "headline" else ladder_report.render(a, *collect(a, runs), a.out, provenance))
     print("\n" + text + f"\nwrote {a.out / 'report.md'}, report.json, details.json and the PNGs "

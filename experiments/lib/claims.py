@@ -63,8 +63,7 @@ def finite(xs):
 
 def mean_std(xs):
     """(mean, sample std, n) of the finite values; std 0 for n = 1; (nan, nan, 0) for none."""
-    xs = finite(xs)
-    if not xs:
+    if not (xs := finite(xs)):
         return float("nan"), float("nan"), 0
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
 
@@ -84,8 +83,7 @@ def fmt_p(p):
 
 
 def fmt_n(c):
-    n = c["n"]
-    return f"n = {n[0]}/{n[1]}" if isinstance(n, (list, tuple)) else f"n = {n}"
+    return f"n = {c['n'][0]}/{c['n'][1]}" if isinstance(c["n"], (list, tuple)) else f"n = {c['n']}"
 
 
 def welch(treat, base, lower_is_better=True):
@@ -150,10 +148,8 @@ def compare(treat_runs, base_runs, metric, pair_by=("seed",), lower_is_better=Tr
 
 def cell_verdict(c, paper_better=True):
     """A cell's verdict: reproduces on a clear difference the paper's way, opposite on one the other way."""
-    if c is None:
-        return "not measured"
-    if not c["clear"]:
-        return "no clear difference"
+    if c is None or not c["clear"]:
+        return "not measured" if c is None else "no clear difference"
     good = c["better"] if "better" in c else c["slope"] > 0
     return "reproduces" if good == paper_better else "opposite"
 
@@ -163,10 +159,8 @@ def combined_verdict(verdicts):
     "partly" when some reproduce and others do not; "opposite" when none reproduces and some go
     clearly against the paper; "no clear difference" otherwise."""
     vs = {v for v in verdicts if v != "not measured"}
-    if not vs:
-        return "not measured"
-    if len(vs) == 1:
-        return vs.pop()
+    if len(vs) <= 1:
+        return vs.pop() if vs else "not measured"
     if "reproduces" in vs or "partly" in vs:
         return "partly"
     return "opposite" if "opposite" in vs else "no clear difference"

@@ -58,6 +58,11 @@ def checks(records, unigram, facts=None):
             runs and f"{len(runs) - len(capped)} of {len(runs)} runs stopped early" + (
                 "; the others ran to the cap, so their best perplexity is the best within the cap" + falling
                 if capped else "") + (elsewhere or ""))]
+    pre = {k: (p, mean_std(p["val_ppl"])[0]) for k, p in ((facts or {}).get("pretrain") or {}).items()}  # (older: none)
+    out += [("every pre-training run ends below its data's unigram perplexity (it learnt more than token counts)",
+             all(p["unigram_ppl"] is None or v < p["unigram_ppl"] for p, v in pre.values()), "; ".join(
+                 f"{k} ({p['stage']}, {p['steps']} steps): {fmt_mean_std(p['val_ppl'], '{:.1f}')} vs unigram "
+                 f"{p['unigram_ppl'] or math.nan:.1f}" for k, (p, v) in pre.items()))] * bool(pre)
     notes = {"unigram": above and (f"random init after the first epoch is still above the prose unigram perplexity "
                                    f"{unigram:.1f} at {', '.join(above)}: part of a gain there is a head start"),
              "plateau": capped and (f"{len(capped)} of {len(runs)} runs ran to the epoch cap before --patience saw a "
