@@ -133,3 +133,22 @@ def test_training_a_few_steps_drops_the_bound_below_uniform():
     assert before > math.log(V) > after and after < 0.5 * math.log(V)
     out = sample(model.eval(), 2, 16, MASK, generator=torch.Generator().manual_seed(0), temperature=0.0)
     assert torch.equal(out, x[:2])                            # it unmasks its way to the sequence
+
+
+def test_training_learns_to_read_a_masked_token_from_its_visible_neighbours():
+    """Rows of one random token repeated: no position tells a masked token, only the row's visible tokens do
+    (the test above can be passed by position alone). After training, the bound falls far below log V, and the
+    first token is read from the last one alone, the only token left visible: attention to the future."""
+    model, mdlm, g, T = tiny(), MDLM(MASK, eval_levels=4), torch.Generator().manual_seed(0), 16
+    rows = lambda n: torch.randint(0, V, (n, 1), generator=g).repeat(1, T)  # noqa: E731
+    opt, held_out = torch.optim.AdamW(model.parameters(), lr=1e-2), rows(64)
+    for step in range(150):
+        opt.zero_grad()
+        mdlm.loss(model, (x := rows(16)), x, None, gens(range(16 * step, 16 * step + 16))).backward()
+        opt.step()
+    assert mdlm.eval_loss(model, held_out, held_out, None, 0) < 0.1 * math.log(V)
+    only_last = held_out.clone()
+    only_last[:, :-1] = MASK
+    with torch.no_grad():
+        first = F.cross_entropy(model(only_last)[0][:, 0], held_out[:, 0])
+    assert first < 0.1 * math.log(V)
