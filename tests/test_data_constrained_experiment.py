@@ -78,9 +78,13 @@ def test_files_and_runs_csv(result):
     assert seeds("mdlm-weak", "L1d8", 128) == [0, 1] and seeds("mdlm-tuned", "L1d8", 256) == []  # the smallest U only
     assert all(r["wd"] == 0.01 for r in done if r["method"] == "mdlm-weak")
     assert {r["lr"] for r in done if r["method"].startswith("mdlm")} == {0.0006}  # the AR lr x mdlm_lr_ratio
-    for r in done:  # the change of the validation loss per epoch over the last evaluation interval, from metrics.jsonl
-        ev = [json.loads(x) for x in open(out / "runs" / r["name"] / "metrics.jsonl")]
-        ev = [e for e in ev if e.get("event") == "eval"][-2:]
+    for r in done:  # the change of the validation loss per epoch over the last evaluation interval, from metrics.jsonl;
+        ev = [json.loads(x) for x in open(out / "runs" / r["name"] / "metrics.jsonl")]  # and from half-way to the end
+        ev = [e for e in ev if e.get("event") == "eval"]
+        mid = min(ev, key=lambda e: abs(e["iter"] - r["steps"] / 2))
+        assert r["second_half_change"] == (pytest.approx(ev[-1]["val_loss"] - mid["val_loss"], rel=1e-9)
+                                           if len(ev) > 2 else None)
+        ev = ev[-2:]
         if len(ev) < 2:  # one evaluation (runs of <= 4 steps): no change to read
             assert r["last_epoch_change"] is None and r["steps"] <= 4
             continue

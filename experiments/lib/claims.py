@@ -228,9 +228,8 @@ def _read_slope(claim, records):
                if u is not None and finite([w]) and (not claim.log_x or u > 0)]
         if pts:
             c = slope_test([u for u, _ in pts], [w for _, w in pts])
-            name = "" if v is None else claim.label.format(v)
-            cells.append(dict(c, cell=v, name=name, x=[u for u, _ in pts], y=[w for _, w in pts],
-                              verdict=cell_verdict(c, paper_better=not claim.falls)))
+            cells.append(dict(c, cell=v, name="" if v is None else claim.label.format(v), x=[u for u, _ in pts],
+                              y=[w for _, w in pts], verdict=cell_verdict(c, paper_better=not claim.falls)))
     per = f" per decade of {claim.slope}" if claim.log_x else f" per unit of {claim.slope}"
     what = "advantage" if claim.base is not None else claim.metric
     ours = [f"{_name(claim, c)}{what} {c['slope']:+.4g} ± {c['stderr']:.2g}{per}" for c in cells]

@@ -32,20 +32,22 @@ MDLM_TABLE = ("ar-weak", "wd", "mdlm-weak", "mdlm-tuned", "mdlm-strong")
 
 def collect(a, sweep, grid, strong, scan=None):
     """The records a report is rendered from: the settings, the strong decay per size, a record per sweep run and per
-    (method, grid run): its full-validation loss, its val loss's change per epoch over its last evaluation interval
-    (or --reuse DIR's record), the law fits, the per-token sums (else DIR's)."""
+    (method, grid run): its full-validation loss, its val loss's change per epoch over its last evaluation interval and
+    from half-way to the end, nats (or --reuse DIR's record), the law fits, the per-token sums (else DIR's)."""
     def record(r):
         rec, s = dict(r.meta, name=r.name), read_summary(r.folder)
         if (o := a._reused.get(r.name)) or s is None:
             return dict(o, **rec, reused=str(a.reuse)) if o else dict(rec, status="diverged" if (
                 r.folder / "diverged.json").exists() else "not run")
-        st, e, ev = s["stages"][0], evaluate_run(r.folder), read_events(r.folder, "eval")[-2:]
+        st, e, ev = s["stages"][0], evaluate_run(r.folder), read_events(r.folder, "eval")
         return dict(rec, status="done", N=s["params"], params_total=s["params_total"], U_true=st["unique_tokens"],
                     D=st["tokens"], epochs=st["epochs"], steps=st["iters"], loss=e["loss"], loss_kind=e["kind"],
                     val_tokens=e["tokens"], summary_val_loss=st["val_loss"], train_loss=st["train_loss"],
                     unigram_val_ppl=st.get("unigram_val_ppl"), seconds=s["seconds"], last_epoch_change=(
-                        ev[1]["val_loss"] - ev[0]["val_loss"]) / ((ev[1]["iter"] - ev[0]["iter"]) * st["epochs"]
-                                                                  / st["iters"]) if len(ev) == 2 else None)
+                        ev[-1]["val_loss"] - ev[-2]["val_loss"]) / ((ev[-1]["iter"] - ev[-2]["iter"]) * st["epochs"]
+                                                                    / st["iters"]) if len(ev) >= 2 else None,
+                    second_half_change=ev[-1]["val_loss"] - min(ev, key=lambda x: abs(x["iter"] - st["iters"] / 2))[
+                        "val_loss"] if len(ev) > 2 else None)  # (the cosine's small last lr: the first is small anyway)
     records = {"settings": {k: v for k, v in settings_json(a).items() if k != "report_only"},
                "strong": {k: {"wd": v[0], "lr": v[1]} for k, v in strong.items()},
                "sweep": [record(r) for r in sweep], "runs": [record(r) for r in grid]}
@@ -251,10 +253,11 @@ def mdlm_lines(records):
     rows = {k: v for k, v in sorted(by.items()) if any(m.startswith("mdlm") for m in v)}
     ms = [m for m in MDLM_TABLE if any(m in v for v in rows.values())]
     arm = lambda rs: (f"{fmt_mean_std([r['loss'] for r in rs])} ({rs[0]['wd']:g}; "  # noqa: E731
-                      f"{fmt_mean_std([r.get('last_epoch_change') for r in rs], '{:+.5f}')})")
+                      f"{fmt_mean_std([r.get('last_epoch_change') for r in rs], '{:+.5f}')}; "
+                      f"{fmt_mean_std([r.get('second_half_change') for r in rs], '{:+.4f}')})")
     what = sorted({f"lr {r['lr']:g}, {r['epochs']:.0f} epochs" for v in rows.values() for m in v if "mdlm" in m for r in v[m]})
-    return md("AR vs masked diffusion (MDLM)", "Loss, mean ± std over seeds (decay; the change of its validation loss per "
-              f"epoch over its last evaluation interval, where recorded). MDLM (its NLL bound): {'; '.join(what)}.",
+    return md("AR vs masked diffusion (MDLM)", "Loss, mean ± std over seeds (decay; val loss change per epoch over the "
+              f"last evaluation interval; change from half-way to the end). MDLM (its NLL bound): {'; '.join(what)}.",
               ["U", "size"] + ms, [[f"{u:,}", s] + [arm(v[m]) if m in v else "-" for m in ms]
                                    for (u, s), v in rows.items()]) if rows else []
 

@@ -19,8 +19,7 @@ from experiments.lib.claims import Claim
 KINDS = ("dyck", "eca110", "set", "union", "stack")
 DOMAINS = ("prose", "code", "math")
 SIZES = (500, 1500, 4500)   # the semantic warm-ups of the table preset's archive, Dyck steps; 1500 its main size
-TOKEN = dict(metric="token", lower_is_better=False, cells="task", fmt="{:.1f}",
-             note="token-level accuracy, %")
+TOKEN = dict(metric="token", lower_is_better=False, cells="task", fmt="{:.1f}", note="token-level accuracy, %")
 LOSS = dict(metric="loss", cells="task", only=DOMAINS, note="final validation loss, nats")
 
 CLAIMS = [

@@ -181,8 +181,7 @@ def regime(a, lr, depths):
 
 def front_table(recs, margin):
     """Final val loss per placement and depth, baseline against ProRes (where ProRes ran), and the baseline
-    against its own shallowest depth: the cells the loss and depth claims read, each by the rule (paired by
-    seed)."""
+    against its own shallowest depth: the cells the loss and depth claims read, each by the rule (paired by seed)."""
     flat, both = prores_claims.records({"runs": recs}), any(r["prores"] for r in recs)
     head = ["placement", "L", "baseline"] + (["+ ProRes", "failed: base / ProRes", "ProRes - baseline"] if both
                                              else ["failed"]) + ["baseline - its shallowest", "the baseline degrades"]
