@@ -99,8 +99,10 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     pre = rep["facts"]["pretrain"]  # what each pre-training run learnt, from its own summary
     assert sorted(pre) == ["ladder-d8", "musicL-d8"] and pre["ladder-d8"]["stage"] == "poetry"
     for key, p in pre.items():
-        stages = [json.loads((out / "runs" / f"pre-{key}-s{s}" / "summary.json").read_text())["stages"][0] for s in (0, 1)]
-        assert sorted(p["val_ppl"]) == sorted(t["val_ppl"] for t in stages) and p["unigram_ppl"] == stages[0]["unigram_val_ppl"]
+        stages = [json.loads((out / "runs" / f"pre-{key}-s{s}" / "summary.json").read_text())["stages"][0]
+                  for s in (0, 1)]
+        assert sorted(p["val_ppl"]) == sorted(t["val_ppl"] for t in stages)
+        assert p["unigram_ppl"] == stages[0]["unigram_val_ppl"]
     assert rep["checks"][3]["holds"] == all(statistics.mean(p["val_ppl"]) < p["unigram_ppl"] for p in pre.values())
     curves = json.loads((out / "details.json").read_text())["runs"]
     for r in rep["runs"]:
@@ -224,8 +226,8 @@ def test_checks_notes_and_front_table():
     assert pl["detail"].startswith("4 of 6 runs stopped early") and pl["detail"].endswith(
         "-1.0% on average, -1.0% to -1.0%)")  # the capped runs: seed 0 of each, last epoch -1%
     assert not notes["unigram"] and notes["plateau"].startswith("2 of 6 runs ran to the epoch cap")
-    facts = {"pretrain": {"musicL-d16": {"stage": "music", "steps": 60, "unigram_ppl": 45.5, "val_ppl": [30.0, 32.0]},
-                          "ladder-d16": {"stage": "poetry", "steps": 60, "unigram_ppl": 900.0, "val_ppl": [950.0, 1000.0]}}}
+    facts = {"pretrain": {"musicL-d16": dict(stage="music", steps=60, unigram_ppl=45.5, val_ppl=[30.0, 32.0]),
+                          "ladder-d16": dict(stage="poetry", steps=60, unigram_ppl=900.0, val_ppl=[950.0, 1000.0])}}
     pre = ladder_report.checks(records, 2000.0, facts)[0][3]  # poetry's run ends above its unigram: it fails
     assert pre["holds"] is False and pre["detail"] == ("musicL-d16 (music, 60 steps): 31.0 ± 1.4 vs unigram 45.5; "
                                                        "ladder-d16 (poetry, 60 steps): 975.0 ± 35.4 vs unigram 900.0")
