@@ -637,6 +637,8 @@ def train_curriculum(args, env, out):
                    "val_loss_kind": "nll bound" if S.objective.name == "mdlm" else "nll",
                    "best_val_loss": min(S.plateau["best"], last_eval["val"]),
                    "stopped_early": S.plateau["stopped_at"], "val_ppl": math.exp(min(last_eval["val"], 700))}
+        if S.corpus.info.get("sha256"):  # the prepared corpus's files (its manifest): which data, to the byte
+            summary["data_sha256"] = S.corpus.info["sha256"]
         if "accuracy" in last_eval:
             summary["accuracy"] = last_eval["accuracy"]
         if unigram is not None:

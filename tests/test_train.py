@@ -1,3 +1,4 @@
+import hashlib
 import json
 import math
 import os
@@ -6,9 +7,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
+import data
 import train
 from batches import get_batch
 from checkpoint import save_checkpoint
@@ -43,6 +46,9 @@ def test_two_stages_write_summary_checkpoints_and_plot(cache, text_dir, tmp_path
         assert s["vocab_size"] == 50257 and s["tokens"] == 6 * 4 * 16
         assert math.isclose(s["val_ppl"], math.exp(s["val_loss"]))
         assert s["val_loss"] < math.log(50257)
+    corpus = data.load(f"text:{text_dir}")  # the data each stage read, fingerprinted from the arrays themselves
+    assert on_disk["stages"][0]["data_sha256"] == {f: hashlib.sha256(np.asarray(a).tobytes()).hexdigest()
+                                                   for f, a in (("train.bin", corpus.train), ("val.bin", corpus.val))}
     assert (out / "loss.png").stat().st_size > 1000
     stage_files = sorted(out.glob("stage*.pt"))
     assert len(stage_files) == 2
@@ -57,7 +63,6 @@ def test_two_stages_write_summary_checkpoints_and_plot(cache, text_dir, tmp_path
 def test_budget_in_tokens_and_epochs(cache, text_dir, tmp_path):
     """--tokens and --epochs become steps of batch x block = 64 tokens: the fewest steps that
     cover the budget, with the epoch counted from the corpus itself (data.load, not the loop)."""
-    import data
     step = 4 * 16
     s = train.run(parse_args(["--stages", f"text:{text_dir}", "--tokens", "200", "--out", str(tmp_path / "a")] + TINY))
     assert s["stages"][0]["iters"] == 4 and s["stages"][0]["tokens"] == 4 * step  # 3 steps = 192 < 200 <= 256
