@@ -380,7 +380,7 @@ def assert_json_close(a, b, where="report.json"):
         assert a == b, (where, a, b)
 
 
-@pytest.mark.parametrize("folder,runs_trained,commit", [("data_constrained", 137, "70134ab"),
+@pytest.mark.parametrize("folder,runs_trained,commit", [("data_constrained", 257, "0751a55"),
                                                          ("data_constrained-earlier", 135, "51f75e6")])
 def test_committed_report_rebuilds_byte_identical(tmp_path, folder, runs_trained, commit):
     """The committed reports have no run folders: --report-only rebuilds report.md and runs.csv from report.json
@@ -564,3 +564,33 @@ def test_budgets_beyond_the_corpus(tmp_path, monkeypatch, capsys):
     a.budgets = [a.max_budget + 17]
     with pytest.raises(UserError, match="training tokens"):
         dc.check_budgets(a)
+
+
+def test_committed_report_reads_mir_where_its_gain_lives_and_mdlm_as_the_authors_compare_it():
+    """What the default's committed report must hold: >= 4 seeds of wd and wd+mir in every (size, U <= 64k) cell; MIR's
+    gain read over the whole grid and by U, each by its test; the multiplier's 95% t-interval (scipy's, from the
+    cells' log multipliers) beside the paper's 1.3x; MDLM at the weak decay 0.1 and at each size's AR-tuned decay,
+    >= 3 seeds each, every run with its last-epoch change of the validation loss."""
+    rep = json.loads((RESULTS / "data_constrained" / "report.json").read_text())
+    st, runs = rep["settings"], [r for r in rep["runs"] if r["status"] == "done"]
+    seeds = {}
+    for r in runs:
+        seeds.setdefault((r["method"], r["size"], r["U"], r["wd"]), set()).add(r["seed"])
+    for size in (s[0] for s in st["sizes"]):
+        for U in (u for u in st["budgets"] if u <= st["small_u"]):
+            wd = rep["strong"][size]["wd"]
+            assert all(len(seeds.get((m, size, U, wd), ())) >= 4 for m in ("wd", "wd+mir")), (size, U)
+        mdlm_u = min(st["budgets"])
+        assert len(seeds.get(("mdlm-weak", size, mdlm_u, 0.1), ())) >= 3, size
+        assert len(seeds.get(("mdlm-tuned", size, mdlm_u, rep["strong"][size]["wd"]), ())) >= 3, size
+    assert all(math.isfinite(r["last_epoch_change"]) and math.isfinite(r["second_half_change"])
+               for r in runs if r["method"].startswith("mdlm"))
+    v = {x["claim"]: x for x in rep["verdicts"]}
+    pooled = v["MIR lowers the validation loss over the whole grid"]
+    by_u = v["MIR lowers the validation loss at every data budget"]
+    assert pooled["cells"][0]["n"] == sum(len(s) for k, s in seeds.items() if k[0] == "wd+mir")
+    assert [c["cell"] for c in by_u["cells"]] == st["budgets"] and all(c["p"] is not None for c in by_u["cells"])
+    lg = np.log([c["multiplier"] for c in rep["multipliers"]["softq"]["wd+mir"]["cells"]])
+    lo, hi = np.exp(stats.t.interval(0.95, len(lg) - 1, lg.mean(), stats.sem(lg)))
+    mult = v["MIR is worth at least the paper's ~1.3x more unique data"]
+    assert f"95% CI {lo:.2f}-{hi:.2f}x" in mult["ours"] and "(log 0.262)" in mult["paper"]
