@@ -325,8 +325,10 @@ def music21_corpus_to_midi(out_dir, wheel_path, composers=MUSIC21_COMPOSERS, max
 
     Each score is converted by music21 (`converter.parse(path).write('midi', fp=...)`) in a
     child process (`workers` of them, default the CPU count) that is killed and replaced when
-    a piece takes longer than max_seconds_per_piece; such pieces, and pieces music21 fails on,
-    are counted, recorded in out_dir/failed.json and not retried (unless retry_failed).
+    a piece takes longer than max_seconds_per_piece. Such a piece is tried once more with 4x the
+    limit (a loaded machine must not drop pieces a quiet one keeps); one that times out again,
+    and pieces music21 fails on, are counted, recorded in out_dir/failed.json and not retried
+    (unless retry_failed).
     Writes go to a temporary name and are renamed; pieces already converted are skipped, so an
     interrupted run resumes. music21 is never imported here: wheel_path is the music21 wheel
     (or its unpacked folder); extra_paths are folders prepended to the child's sys.path (e.g.
@@ -341,7 +343,8 @@ def music21_corpus_to_midi(out_dir, wheel_path, composers=MUSIC21_COMPOSERS, max
     failed_path = out_dir / "failed.json"
     failed = json.loads(failed_path.read_text()) if failed_path.is_file() else {}
     stats = {"pieces": len(scores), "converted": 0, "cached": 0, "failed": 0, "timed_out": 0,
-             "known_failures": 0}
+             "known_failures": 0, "retried": 0}
+    limit = {}  # rel -> its time limit, once it has timed out at max_seconds_per_piece
     todo = deque()
     for rel, src in scores:
         dst = out_dir / (rel + ".mid")
@@ -412,10 +415,15 @@ def music21_corpus_to_midi(out_dir, wheel_path, composers=MUSIC21_COMPOSERS, max
             for i, w in enumerate(pool):
                 if not w.ready and now - w.born > _STARTUP_SECONDS:
                     raise RuntimeError(f"music21 worker did not start within {_STARTUP_SECONDS} s")
-                if w.job and w.started is not None and now - w.started > max_seconds_per_piece:
+                rel = w.job and w.job[2]
+                if w.job and w.started is not None and now - w.started > limit.get(rel, max_seconds_per_piece):
                     w.kill()
-                    stats["timed_out"] += 1
-                    finish(w, False, f"timed out after {max_seconds_per_piece} s")
+                    if rel in limit:
+                        stats["timed_out"] += 1
+                        finish(w, False, f"timed out after {max_seconds_per_piece} s and {limit[rel]} s")
+                    else:  # once more, alone in a fresh worker, with a longer limit
+                        limit[rel], stats["retried"] = 4 * max_seconds_per_piece, stats["retried"] + 1
+                        todo.append(w.job)
                     pool[i] = spawn()
     finally:
         for w in pool:
