@@ -162,3 +162,24 @@ def test_a_heartbeat_that_cannot_write_warns_and_beats_again(tmp_path, monkeypat
     assert failed and beat.entries()[0]["stopped"].startswith("no end recorded")
     err = capsys.readouterr().err
     assert "provenance heartbeat could not write" in err and "No space left on device" in err
+
+
+def test_git_state_names_the_tracked_files_that_differ_from_the_commit(tmp_path, monkeypatch):
+    """A dirty run says which files were not its commit's (a report that does not reproduce can be traced to them);
+    untracked files are not part of the checkout's state."""
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,  # noqa: E731
+                                    check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("1\n")
+    (tmp_path / "b.py").write_text("1\n")
+    git("add", "a.py", "b.py")
+    git("commit", "-qm", "x")
+    monkeypatch.setattr(provenance, "ROOT", tmp_path)
+    assert provenance.git_state() == (git("rev-parse", "HEAD"), [])
+    (tmp_path / "b.py").write_text("2\n")
+    (tmp_path / "new.py").write_text("untracked\n")
+    git("mv", "a.py", "c.py")
+    assert provenance.git_state() == (git("rev-parse", "HEAD"), ["b.py", "c.py"])
+    prov = provenance.Provenance(tmp_path / "out", argv=["--x"])
+    assert prov.entry["dirty"] == ["b.py", "c.py"] and prov.entry["command"].endswith(" --x")
+    prov.finish(runs_trained=0)

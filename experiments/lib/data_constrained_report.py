@@ -136,7 +136,7 @@ def regime(a, records):
     span = lambda k: f"{min(r[k] for r in runs):,}-{max(r[k] for r in runs):,}"  # noqa: E731
     return (f"Ours: {span('N')} non-embedding parameters ({len(a.sizes)} sizes), U = {span('U_true')} unique tokens of "
             f"`{a.stage}`, {a.epochs:g} epochs (at most {max(r['D'] for r in runs):,} tokens seen), {a.seeds} seed(s) "
-            "for wd and wd+mir" + (f" ({a.seeds_small_u} at U <= {a.small_u:,}: a power rule, in the preset)" if a.seeds_small_u else "")
+            "for wd and wd+mir" + (f" ({a.seeds_small_u} at U <= {a.small_u:,}: the preset's power rule)" if a.seeds_small_u else "")
             + ". The paper: 72M-1.4B parameters on web text (DCLM), 16-32 epochs of far larger U, "
             "decay tuned 0.4-3.2; its MIR gains (0.006-0.03 nats) are of the order of our seed spread.")
 

@@ -43,14 +43,15 @@ def hardware(info=None):
 
 
 def git_state():
-    """(commit, dirty: untracked files aside) of the checkout; (None, None) outside a git checkout."""
+    """(commit, dirty: the tracked files that differ from it, [] if none) of the checkout; (None, None) outside one."""
     import subprocess
     try:
         lines = subprocess.run(["git", "status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
         return None, None
-    return next((ln.split()[2] for ln in lines if ln.startswith("# branch.oid ")), None), any(ln[:1] != "#" for ln in lines)
+    return (next((ln.split()[2] for ln in lines if ln.startswith("# branch.oid ")), None),
+            sorted(ln.split("\t")[0].split()[-1] for ln in lines if ln[:1] != "#"))
 
 
 class Provenance:
@@ -66,8 +67,7 @@ class Provenance:
         self.path = Path(out) / "provenance.json"
         commit, dirty = git_state()
         self.entry = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit, "dirty": dirty,
-                      "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + list(
-                          sys.argv[1:] if argv is None else argv)),
+                      "command": " ".join(["python", Path(sys.argv[0]).as_posix(), *(sys.argv[1:] if argv is None else argv)]),
                       "hardware": hardware_info(), "started": time.time()}
         self._t0, self._cpu0, self.out, self._done = self.entry["started"], self._cpu(), Path(out), threading.Event()
         threading.Thread(target=self._heartbeat, daemon=True).start()
