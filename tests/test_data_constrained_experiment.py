@@ -576,13 +576,12 @@ def test_committed_report_reads_mir_where_its_gain_lives_and_mdlm_as_the_authors
     seeds = {}
     for r in runs:
         seeds.setdefault((r["method"], r["size"], r["U"], r["wd"]), set()).add(r["seed"])
-    for size in (s[0] for s in st["sizes"]):
+    mdlm_u = min(st["budgets"])
+    for size, wd in ((s[0], rep["strong"][s[0]]["wd"]) for s in st["sizes"]):
         for U in (u for u in st["budgets"] if u <= st["small_u"]):
-            wd = rep["strong"][size]["wd"]
             assert all(len(seeds.get((m, size, U, wd), ())) >= 4 for m in ("wd", "wd+mir")), (size, U)
-        mdlm_u = min(st["budgets"])
         assert len(seeds.get(("mdlm-weak", size, mdlm_u, 0.1), ())) >= 3, size
-        assert len(seeds.get(("mdlm-tuned", size, mdlm_u, rep["strong"][size]["wd"]), ())) >= 3, size
+        assert len(seeds.get(("mdlm-tuned", size, mdlm_u, wd), ())) >= 3, size
     assert all(math.isfinite(r["last_epoch_change"]) and math.isfinite(r["second_half_change"])
                for r in runs if r["method"].startswith("mdlm"))
     v = {x["claim"]: x for x in rep["verdicts"]}
