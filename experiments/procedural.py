@@ -17,9 +17,10 @@ The default: HAYSTACK after no pre-training, Dyck and shuffled Dyck, 3 seeds; th
 500,000 records. `--cells table`: the paper's six claims (TABLE), each cell with its own baseline;
 --cells makes any other (multiplication: their 4-layer d = 512 model at batch 64).
 
-Runs live in OUT/runs/<name>/ (a finished run is skipped, an interrupted one resumed): pre-training first, then
-the merges, then the diagnostics, seed by seed. Claims and report: lib/procedural_claims.py, lib/procedural_report.py.
-The table preset of experiments/results/procedural-table is no longer run; --report-only rebuilds it.
+Runs live in OUT/runs/<name>/ (a finished run is skipped, an interrupted one resumed): pre-training and the
+baselines, the merges, the rest seed by seed; OUT/pretrained/ keeps the pre-trained models for --reuse. Claims
+and report: lib/procedural_claims.py, lib/procedural_report.py. The table preset of experiments/results/
+procedural-table is no longer run; --report-only rebuilds it.
 """
 
 import argparse
@@ -97,16 +98,12 @@ def parse_args(argv=None):
 
 def check(a):
     from data import procedural
-    for m in a.merges:
-        if len(m) != 2:
-            raise UserError(f"--cells: a merge row is attn-KIND+mlp-KIND, e.g. attn-dyck+mlp-set, not "
-                            f"attn-{'+mlp-'.join(m)}")
-    for k in a.kinds + a.controls:
-        if k not in procedural.KINDS:
-            raise UserError(f"unknown procedural kind {k!r}; valid kinds: {', '.join(procedural.KINDS)}")
-    for t in a.tasks:
-        if t not in pa.TASKS:
-            raise UserError(f"unknown task {t!r}; valid tasks: {', '.join(pa.TASKS)}")
+    if m := next((m for m in a.merges if len(m) != 2), None):
+        raise UserError(f"--cells: a merge row is attn-KIND+mlp-KIND, e.g. attn-dyck+mlp-set, not attn-{'+mlp-'.join(m)}")
+    if k := next((k for k in a.kinds + a.controls if k not in procedural.KINDS), None):
+        raise UserError(f"unknown procedural kind {k!r}; valid kinds: {', '.join(procedural.KINDS)}")
+    if t := next((t for t in a.tasks if t not in pa.TASKS), None):
+        raise UserError(f"unknown task {t!r}; valid tasks: {', '.join(pa.TASKS)}")
     for t, r, m in a.cells:
         if m not in (("none",) if r == "none" else ("full",) if pa.merge_kinds(r) else ("full", "attn", "mlp")):
             raise UserError(f"--cells {t}:{r}:{m}: a baseline takes no transfer, a merge is trained with full "
@@ -131,8 +128,7 @@ def estimate(run):
 def print_plan(a, runs):
     kept = pa.reused(a, runs)
     todo = [r for r in runs if not common.is_finished(r.folder) and r.name not in kept]
-    print(f"procedural plan: rows {', '.join(pa.rows(a))}; tasks {', '.join(a.tasks)}; seeds 0..{a.seeds - 1}; "
-          f"out {a.out}")
+    print(f"procedural plan: rows {', '.join(pa.rows(a))}; tasks {', '.join(a.tasks)}; seeds 0..{a.seeds - 1}; out {a.out}")
     for r in runs:
         state = "  (reused)" if r.name in kept else "  (done)" if r not in todo else ""
         print(f"  {r.name:<40} {r.argv[r.argv.index('--stages') + 1]:<26} {r.argv[r.argv.index('--iters') + 1]:>7} "
@@ -151,15 +147,15 @@ def main(argv=None):
     runs = pre + base + warm
     if a.plan:
         return print_plan(a, runs)
-    if a.report_only and report.stored_only(a.out):  # a copy of a report without its run folders
+    if a.report_only and (a.out / "report.json").exists() and not (a.out / "runs").exists():  # a committed copy
         print(f"no run folders in {a.out}: rebuilding from its report.json (the flags it was made with)")
         text = report.rebuild(a.out)
     else:
         a.out.mkdir(parents=True, exist_ok=True)
         if a.reuse:
             inherit_invocations(a.out, common.reused_report(a.reuse))
-        provenance = (kept_provenance(a.out) if a.report_only else
-                      Provenance(a.out, argv).finish(runs_trained=pa.run_all(a)))
+        provenance = kept_provenance(a.out) if a.report_only else Provenance(a.out, argv).finish(runs_trained=pa.run_all(a))
+        pa.kept_pretrained(a, pre)
         text = report.render(a, report.collect(a, runs), len(runs), a.out, provenance)
     print("\n" + text)
     print(f"\nwrote {a.out / 'report.md'}, report.json and the PNGs ({time.time() - t0:.0f} s in all)")

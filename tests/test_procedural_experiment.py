@@ -155,6 +155,34 @@ def test_reuse_takes_the_runs_a_report_holds_with_the_same_flags(done, tmp_path,
     assert sorted(kept) == sorted(r["name"] for r in rep["runs"] if r["condition"] == "none")
 
 
+def test_reuse_starts_a_missing_diagnostic_from_the_kept_pre_trained_model(done, tmp_path, monkeypatch):
+    """A report kept without its run folders (report.json and pretrained/) that lacks one diagnostic: --reuse
+    trains that diagnostic alone, from the very model the report keeps (not a pre-training run again)."""
+    argv, out, rep = done
+    import train
+    real, trained = train.run, []
+
+    def run(args):
+        trained.append(Path(args.out).name)
+        return real(args)
+    monkeypatch.setattr(train, "run", run)
+    monkeypatch.setenv("PRELUDE_CACHE", str(out.parent / "cache"))
+    kept = tmp_path / "kept"
+    shutil.copytree(out / "pretrained", kept / "pretrained")
+    assert sorted(p.stem for p in (kept / "pretrained").glob("*.pt")) == sorted(
+        r["name"] for r in rep["runs"] if r["part"] == "pretrain")
+    (kept / "report.json").write_text(json.dumps(dict(rep, runs=[r for r in rep["runs"]
+                                                                 if r["name"] != "haystack-dyck-s1"])))
+    P.main([*argv, "--out", str(tmp_path / "new"), "--reuse", str(kept)])
+    assert trained == ["haystack-dyck-s1"]
+    a = P.parse_args([*argv, "--out", str(tmp_path / "new")])
+    assert Path(PA.pre_ckpt(a, "dyck", "haystack", 0)).read_bytes() == (
+        out / "pretrained" / "pre-dyck-2_4_16-s0.pt").read_bytes()
+    again = {r["name"]: r for r in json.loads((tmp_path / "new" / "report.json").read_text())["runs"]}
+    old = next(r for r in rep["runs"] if r["name"] == "haystack-dyck-s1")
+    assert again["haystack-dyck-s1"]["curve"] == old["curve"]   # the same model, the same seed: the same run
+
+
 def test_rerun_skips_finished_runs_and_rebuilds_the_same_report(done, monkeypatch):
     argv, out, rep = done
     import train

@@ -5,7 +5,7 @@ downstream/algorithmic_tasks/experiment_stream.py and task_*.py (a diagnostic ru
 procedural_pretraining/configs/<kind>.yaml (a pre-training run: YAML), downstream/utils.py (the transfer).
 
     pre, base, warm = plan(a)   # the pre-training runs, the baselines, the runs from a pre-trained model
-    run_all(a)                  # pre-training, then the merges, then every diagnostic; returns runs trained
+    run_all(a)                  # pre-training and baselines, the merges, then the rest; returns runs trained
 """
 
 from pathlib import Path
@@ -22,8 +22,7 @@ TASKS = {"haystack": dict(n_layer=2, n_head=4, n_embd=16, context=100, batch=100
 RECORDS = 250 * 40_000   # experiment_stream.py:283, train_steps * train_size records seen
 # AdamW (:25-26), 500 linear warm-up steps then cosine to 0 (:27, :33), untied head (:39), no dropout (:44)
 TASK_OPT = dict(lr=1e-3, warmup=500, weight_decay=0.001)
-# kind -> their yaml: steps, rows per step, lr, weight decay; eca110 has no yaml (their code has no such kind):
-# the sequence kinds' budget
+# kind -> their yaml: steps, rows per step, lr, weight decay; eca110 (no kind of theirs): the sequence kinds'
 YAML = {k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
         for k in ("identity", "reverse", "sort", "set", "union", "delete", "stack", "eca110")}
 # Pre-training the d = 16 diagnostic model, every kind: Dyck as their procedural_pretraining/dyck.py:471-520 (k = 16,
@@ -99,8 +98,8 @@ def model_flags(task):
     return ["--n-layer", t["n_layer"], "--n-head", t["n_head"], "--n-embd", t["n_embd"]]
 
 
-def Run(name, folder, argv, meta):
-    return common.Run(name, folder, [str(x) for x in argv], meta)
+def Run(a, name, argv, meta):
+    return common.Run(name, a.out / "runs" / name, [str(x) for x in argv], meta)
 
 
 def pre_name(row, task, seed):
@@ -194,18 +193,16 @@ def plan(a):
             argv = task_argv(a, task, seed)
             meta = dict(part="task", task=task, condition=row, transfer=mode, seed=seed, batch=TASKS[task]["batch"])
             if row == "none":
-                base.append(Run(name, a.out / "runs" / name, argv, meta))
+                base.append(Run(a, name, argv, meta))
                 continue
             merge = [m for m in a.merges if merge_label(m) == row]
             init = merge_ckpt(a, merge[0], task, ps) if merge else pre_ckpt(a, row, task, ps)
-            for r in (merge[0] if merge else (row,)):
-                n = pre_name(r, task, ps)
-                pre.setdefault(n, Run(n, a.out / "runs" / n, pretrain_argv(a, r, task, ps),
-                                      dict(part="pretrain", condition=r, arch=arch(task), seed=ps,
-                                           steps=pretrain_plan(a, r, task)[0], task=task)))
-            warm.append(Run(name, a.out / "runs" / name, argv + ["--init-from", init, *transfer_flags(mode)],
-                            dict(meta, init=str(init), pre=[pre_name(r, task, ps) for r in (merge[0] if merge
-                                                                                           else (row,))])))
+            kinds = merge[0] if merge else (row,)
+            for r in kinds:
+                pre.setdefault(n := pre_name(r, task, ps), Run(a, n, pretrain_argv(a, r, task, ps), dict(
+                    part="pretrain", condition=r, arch=arch(task), seed=ps, steps=pretrain_plan(a, r, task)[0], task=task)))
+            warm.append(Run(a, name, argv + ["--init-from", init, *transfer_flags(mode)],
+                            dict(meta, init=str(init), pre=[pre_name(r, task, ps) for r in kinds])))
     return list(pre.values()), base, warm
 
 
@@ -224,6 +221,18 @@ def reused(a, runs):
     return {r.name: old[r.name] for r in runs if r.name in same and all(n in same for n in r.meta.get("pre", []))}
 
 
+def kept_pretrained(a, pre, keep=True):
+    """Copy each finished pre-training run's model (a few KB) to OUT/pretrained/<name>.pt; keep=False (--reuse
+    DIR): back from DIR/pretrained/ to its run folder, so the diagnostics left start from the very same model."""
+    for r in pre:
+        run, kept = Path(pre_ckpt(a, r.meta["condition"], r.meta["task"], r.meta["seed"])), \
+            (a.out if keep else Path(a.reuse)) / "pretrained" / f"{r.name}.pt"
+        src, dest = (run, kept) if keep else (kept, run)
+        if src.exists() and (common.is_finished(r.folder) if keep else not dest.exists()):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            common.atomic_write_bytes(dest, src.read_bytes())
+
+
 def make_merges(a):
     """Attention, norms and positions from the first kind's model, MLP from the second's
     (transfer.merge_checkpoints), one per task architecture and pre-training seed."""
@@ -239,17 +248,18 @@ def make_merges(a):
 
 
 def run_all(a):
-    """The pre-training runs a diagnostic still needs; the merges; then every diagnostic run not reused, seed by
-    seed (a sweep stopped part-way leaves whole seeds). Returns the runs trained."""
+    """The pre-training runs a diagnostic still needs, and the baselines (to keep the cores busy); the merges;
+    the other diagnostics not reused, seed by seed (a sweep stopped part-way leaves whole seeds); runs trained."""
     pre, base, warm = plan(a)
     done = reused(a, pre + base + warm)
     warm = [r for r in warm if r.name not in done]
+    kept_pretrained(a, [r for r in pre if r.name in done], keep=False)
     need = {n for r in warm for n in r.meta["pre"]}
-    trained = len(common.run_sweep([r for r in pre if r.name in need or r.name not in done], jobs=a.jobs,
-                                   threads=a.threads))
+    first = [r for r in pre if r.name not in done or r.name in need and not pre_ckpt(a, r.meta["condition"], r.meta[
+        "task"], r.meta["seed"]).exists()] + [r for r in base if r.name not in done]
+    trained = len(common.run_sweep(first, jobs=a.jobs, threads=a.threads))
     make_merges(a)
     ready = [r for r in warm if Path(r.meta["init"]).exists()]
     if len(ready) < len(warm):  # a pre-training run diverged (its diverged.json says why)
         print("skipped (no pre-trained checkpoint): " + ", ".join(r.name for r in warm if r not in ready))
-    diagnostics = sorted([r for r in base if r.name not in done] + ready, key=lambda r: r.meta["seed"])
-    return trained + len(common.run_sweep(diagnostics, jobs=a.jobs, threads=a.threads))
+    return trained + len(common.run_sweep(ready, jobs=a.jobs, threads=a.threads))

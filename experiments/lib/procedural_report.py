@@ -85,11 +85,6 @@ def collect(a, runs):
     return [r for r in (record(a, run) or kept.get(run.name) for run in runs) if r is not None]
 
 
-def stored_only(out):
-    """True when OUT holds a report.json but no run folders (a committed copy of a report)."""
-    return (out / "report.json").exists() and not (out / "runs").exists()
-
-
 def rebuild(out):
     rep = json.loads((out / "report.json").read_text())
     a = argparse.Namespace(**rep["settings"], _regime=None if "records" in rep["settings"] else rep["regime"])
@@ -143,9 +138,8 @@ def cell_lines(recs):
 
 def pretrain_lines(runs):
     groups = {}
-    for r in runs:
-        if r["part"] == "pretrain" and not r.get("diverged"):
-            groups.setdefault((r.get("condition", r.get("row")), r["steps"], r["tokens"]), []).append(r)
+    for r in (r for r in runs if r["part"] == "pretrain" and not r.get("diverged")):
+        groups.setdefault((r.get("condition", r.get("row")), r["steps"], r["tokens"]), []).append(r)
     if not groups:
         return []
     lines = ["## Pre-training", "", "Final validation loss (nats per loss token), the data's entropy per loss token (the "
