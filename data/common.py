@@ -39,10 +39,32 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one line on stderr (the problem, then where to read more),
     exit status 2, instead of a usage block; shared by every entry point of the project
     (train.py's flags.py, transfer.py, sample.py, bench.py, scaling.py, results.py, experiments/),
-    which is why it lives here, beside UserError, and not in any one of them."""
+    which is why it lives here, beside UserError, and not in any one of them; with the types below."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(value):
+    """argparse type: a whole number > 0 (the error is the parser's one line)."""
+    if not value.strip().lstrip("+").isdigit() or int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive (a whole number > 0), got {value!r}")
+    return int(value)
+
+
+def writable_folder(value):
+    """argparse type: a folder this process can create or write in (probed with a temporary folder that is
+    removed again), so a bad --out is the parser's one line, not a traceback after the first run."""
+    path = Path(value).expanduser().resolve()
+    near = next(p for p in [path, *path.parents] if p.exists())
+    try:
+        if not near.is_dir():
+            raise NotADirectoryError(f"{near} is a file")
+        os.rmdir(tempfile.mkdtemp(dir=near))
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write in {value} ({e.strerror or e}): give a folder you can "
+                                         "write to") from None
+    return value
 
 
 @dataclass

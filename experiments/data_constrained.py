@@ -84,8 +84,6 @@ def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, "out/data_constrained")
     p.add_argument("--preset", choices=tuple(PRESETS), default="authors", help="PRESETS: authors (default), earlier")
-    p.add_argument("--plan", action="store_true", help="print the phases, runs and estimated time (checks the budgets)")
-    p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds finished instead of training them")
     for k, (typ, text) in FLAGS.items():
         p.add_argument("--" + k.replace("_", "-"), type=typ, default=None, help=text)
     a = p.parse_args(argv)

@@ -7,8 +7,7 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py --quick           # a smoke version in minutes: every condition at d16, 2 seeds
     python experiments/ladder.py --preset subset   # 4 conditions at d 16/32/64 on the first 65,536 prose tokens
     python experiments/ladder.py --preset headline # train.py's headline command as typed (HEADLINE_ARMS), 3 seeds
-    python experiments/ladder.py --preset proportions  # the paper's proportions: all the prose, 5 epochs, ~5%
-                                                   # pre-training, 5 seeds; the long pair to its stopping rule
+    python experiments/ladder.py --preset proportions  # the paper's proportions (~5% pre-training), 5 seeds
     python experiments/ladder.py --preset full     # every condition, d 16/32/64, 5 seeds
     python experiments/ladder.py --preset paper --plan  # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
@@ -35,8 +34,8 @@ from flags import ArgumentParser, parse_args as train_flags  # noqa: E402 (one-l
 
 from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
-from experiments.lib import common, ladder_music  # noqa: E402
-from experiments.lib.provenance import Provenance, kept_provenance  # noqa: E402
+from experiments.lib import common, ladder_music, ladder_report  # noqa: E402
+from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
 from experiments.lib.common import Run, run_sweep  # noqa: E402
 
 # condition -> (pre-training run key or None, prose run key, --transfer of the prose run, prose budget)
@@ -119,7 +118,6 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
 def parse_args(argv=None):
     p = ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     common.add_sweep_args(p, "out/ladder")
-    p.add_argument("--plan", action="store_true", help="print the runs; train nothing")
     p.add_argument("--preset", choices=sorted(PRESETS), default="contributions", help="PRESETS (default contributions;"
                    " full: every condition, d 16/32/64, 5 seeds; paper: the paper's scale for a GPU)")
     for flag, kind, what, *default in FLAGS:
@@ -148,7 +146,9 @@ def parse_args(argv=None):
     if a.headline_seeds < 0 or a.prose_tokens < 0 or min(a.widths + a.capacity_widths) <= 0 or any(
             w % a.n_head for w in a.widths + a.capacity_widths + [a.long_width]):
         p.error(f"--headline-seeds and --prose-tokens must be >= 0, widths positive multiples of --n-head {a.n_head}")
+    a._reused = ladder_report.reused(a)
     return a
+
 
 
 # --- the plan: which runs, with which flags, in which wave ---------------------------------------
@@ -243,8 +243,8 @@ def plan(a):
                                       steps=a.budget["iters"] * (1 + v.count(",")), cpu_s=200 + 125 * v.count(",")))
                 for c, v in HEADLINE_ARMS.items() for s in range(a.seeds)}
     runs = {}
-    for c, w, s in cells(a):
-        for r in chain(a, c, w, s):
+    for c, w, s in cells(a):  # a reused result's prose run is not run again
+        for r in chain(a, c, w, s)[:-1 if (c, w, s) in a._reused else None]:
             r.meta["wave"] = 1 + (runs[r.meta["deps"][0]].meta["wave"] if r.meta["deps"] else 0)
             runs.setdefault(r.name, r)
     for r in runs.values():
@@ -338,7 +338,7 @@ def collect(a, runs):
     """(data, details): the records, the missing results, the sweep's facts and the prose unigram perplexity."""
     records, details, missing = [], {}, []
     for c, w, s in cells(a):
-        rec, det = read_record(c, w, s, chain(a, c, w, s))
+        rec, det = a._reused.get((c, w, s)) or read_record(c, w, s, chain(a, c, w, s))
         if rec is None:
             missing.append([c, w, s, det])
         else:
@@ -346,7 +346,7 @@ def collect(a, runs):
             details[f"{c}/d{w}/s{s}"] = det
     done, (spe, unique) = [r for r in runs.values() if (r.folder / "summary.json").exists()], steps_per_epoch(a)
     facts = {"n_runs": len(done), "train_min": sum(common.read_summary(r.folder)["seconds"] for r in done) / 60,
-             "spe": spe, "ladder_steps": ladder_steps(a),
+             "spe": spe, "ladder_steps": ladder_steps(a), **({"reused": [len(a._reused), str(a.reuse)]} if a._reused else {}),
              "prose_desc": (f"the first {unique:,} training tokens of {a.prose_stage}"
                             + (f" ({a.prose})" if a.prose_stage == "prose" else "")) if unique else
              f"the whole {a.prose_stage} training split ({a.prose})", "long_pair_elsewhere": long_pair_cost(a)}
@@ -375,7 +375,6 @@ def headline_records(a, runs):
 
 
 def main(argv=None):
-    from experiments.lib import ladder_report
     a, t0 = parse_args(argv), time.time()
     if a.plan:
         return print_plan(a, plan(a))
@@ -386,14 +385,15 @@ def main(argv=None):
         runs = plan(a)
         a.out.mkdir(parents=True, exist_ok=True)
         if not a.report_only:
+            if a.reuse:  # DIR's invocations come first
+                inherit_invocations(a.out, common.reused_report(a.reuse))
             prov = Provenance(a.out, argv)
             print_plan(a, runs)
             ladder_music.check_music_chunks(a, runs)
         provenance = kept_provenance(a.out) if a.report_only else prov.finish(runs_trained=run_waves(a, runs))
         text = (ladder_report.render_headline(a, *headline_records(a, runs), a.out, provenance)
                 if a.preset == "headline" else ladder_report.render(a, *collect(a, runs), a.out, provenance))
-    print("\n" + text + f"\nwrote {a.out / 'report.md'}, report.json, details.json and the PNGs "
-          f"({time.time() - t0:.0f} s in all)")
+    print("\n" + text + f"\nwrote {a.out / 'report.md'}, report.json, details.json, the PNGs ({time.time() - t0:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,6 @@ RATE = {"pretrain": 53_000, "task": 380_000}
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_sweep_args(p, "out/procedural")
-    p.add_argument("--plan", action="store_true", help="print the runs and the estimated time; train nothing")
     p.add_argument("--cells", help="the runs, TASK:ROW[:TRANSFER],...: ROW none (the task's baseline), a kind, "
                    "KIND-shuffled (its control) or attn-KIND+mlp-KIND (attention, norms and positions from one kind's "
                    "model, MLP from the other's); TRANSFER full (default), attn or mlp. 'table': the paper's six "
@@ -76,8 +75,6 @@ def parse_args(argv=None):
     p.add_argument("--pretrain-seeds", type=common.positive_int, default=1,
                    help="pre-trained models per kind; diagnostic seed s starts from model s mod N (default 1: one "
                         "per kind, as the authors)")
-    p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds finished with the same flags "
-                   "from it instead of training them (e.g. experiments/results/procedural: a sweep over sessions)")
     a = p.parse_args(argv)
     for k, v in PRESETS["quick" if a.quick else "default"].items():
         if getattr(a, k, None) is None:

@@ -70,7 +70,6 @@ def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, "out/prores")
     p.add_argument("--preset", default="breakdown", choices=sorted(PRESETS), help="default: breakdown")
-    p.add_argument("--plan", action="store_true", help="print the runs and the estimated time; train nothing")
     p.add_argument("--seeds", type=int, help="seeds 0..N-1 per condition")
     p.add_argument("--iters", type=int, help="steps per measurement run")
     p.add_argument("--lr", help="peak lr, or 'auto' (from the scan)")
@@ -78,7 +77,6 @@ def parse_args(argv=None):
     p.add_argument("--norms", help=f"comma-separated norm placements, from {', '.join(model.NORMS)}")
     p.add_argument("--stage", help="train.py stage (tests: music-synthetic)")
     p.add_argument("--train-args", help="extra train.py flags for every run, one string")
-    p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds with the same flags, untrained")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="any other preset entry, the value in JSON: n_embd=64 scan_lrs=[1e-3,4e-3]")
     a = p.parse_args(argv)

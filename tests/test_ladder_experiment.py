@@ -78,7 +78,7 @@ def scipy_cells(claim, records):
     return out
 
 
-def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
+def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys, monkeypatch):
     out = tmp_path / "out"
     argv = tiny_argv(tmp_path, text_dir, out, "--conditions", "music,ladder,compute-matched,ablation-embed,long-ladder")
     ladder.main(argv)
@@ -158,6 +158,27 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys):
     for f in ("report.md", "report.json", "details.json"):
         assert (copy / f).read_bytes() == (out / f).read_bytes(), f
     assert (copy / "curves.png").stat().st_size > 0
+    # --reuse: a report lacking one result trains that result's prose run alone (its pre-training is cheap and
+    # is trained again, for the report's facts), and the new report holds the same records
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "details.json").write_bytes((out / "details.json").read_bytes())
+    drop = ("long-ladder", 8, 1)
+    (kept / "report.json").write_text(json.dumps(dict(rep, runs=[r for r in rep["runs"] if (
+        r["condition"], r["width"], r["seed"]) != drop])))
+    real, trained = train.run, []
+    monkeypatch.setattr(train, "run", lambda args: trained.append(Path(args.out).name) or real(args))
+    new = argv + ["--out", str(tmp_path / "new"), "--reuse", str(kept)]
+    ladder.main(new)
+    assert [n for n in trained if n.startswith("prose-")] == ["prose-long-ladder-d8-s1"]
+    assert sorted(n for n in trained if n.startswith("pre-")) == sorted(p for p in ladder.plan(ladder.parse_args(argv))
+                                                                        if p.startswith("pre-"))
+    again = json.loads((tmp_path / "new" / "report.json").read_text())
+    strip = lambda rs: sorted((dict(r, seconds=0) for r in rs), key=json.dumps)  # noqa: E731
+    assert strip(again["runs"]) == strip(rep["runs"]) and again["facts"]["reused"] == [len(rep["runs"]) - 1, str(kept)]
+    from data.common import UserError
+    with pytest.raises(UserError, match=r"other settings \(prose_epochs\)"):
+        ladder.main(argv + ["--out", str(tmp_path / "other"), "--reuse", str(kept), "--prose-epochs", "3"])
 
 
 def test_plan_and_presets_train_nothing(tmp_path, capsys):

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
 
 import train  # noqa: E402
 from checkpoint import read_summary  # noqa: E402,F401 (the experiments read it from here)
-from data.common import UserError, atomic_write_bytes  # noqa: E402
+from data.common import UserError, atomic_write_bytes, positive_int, writable_folder  # noqa: E402,F401 (types here)
 from experiments.lib.provenance import Provenance  # noqa: E402 (main_guard records a stopped invocation)
 
 
@@ -41,29 +41,6 @@ class Run:
     meta: dict = field(default_factory=dict)  # the experiment's own labels (condition, width, seed...)
 
 
-def positive_int(value):
-    """argparse type: a whole number > 0 (the error is the parser's one line)."""
-    if not value.strip().lstrip("+").isdigit() or int(value) <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive (a whole number > 0), got {value!r}")
-    return int(value)
-
-
-def writable_folder(value):
-    """argparse type: a folder this process can create or write in (probed with a temporary folder that is
-    removed again), so a bad --out is the parser's one line, not a traceback after the first run."""
-    import tempfile
-    path = Path(value).expanduser().resolve()
-    near = next(p for p in [path, *path.parents] if p.exists())
-    try:
-        if not near.is_dir():
-            raise NotADirectoryError(f"{near} is a file")
-        os.rmdir(tempfile.mkdtemp(dir=near))
-    except OSError as e:
-        raise argparse.ArgumentTypeError(f"cannot write in {value} ({e.strerror or e}): give a folder you can "
-                                         "write to") from None
-    return value
-
-
 def add_sweep_args(p, default_out):
     """The flags every experiment script has."""
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
@@ -74,6 +51,9 @@ def add_sweep_args(p, default_out):
                         "finish a sweep of small models sooner than one 2-thread run at a time)")
     p.add_argument("--threads", type=int, default=0, choices=range(0, 257), metavar="N",
                    help="threads per run (0: cores / jobs)")
+    p.add_argument("--plan", action="store_true", help="print the runs and an estimate of their time; train nothing")
+    p.add_argument("--reuse", metavar="DIR", help="take the results DIR/report.json holds, made with the same flags, "
+                   "instead of training them (a sweep split over sessions: --reuse experiments/results/<name>)")
     p.add_argument("--report-only", action="store_true",
                    help="no training: rebuild the report from the finished runs in OUT/runs, or, where there are "
                         "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")

@@ -8,6 +8,7 @@ checks they rest on from the same records (the prose unigram, the compute-matche
 import argparse
 import json
 import math
+from pathlib import Path
 
 from experiments.lib import common
 from experiments.lib.provenance import hardware, provenance_line
@@ -19,7 +20,20 @@ FIGURES, MUSIC = ["width.png", "curves.png", "ablation.png"], ("music.png", "mus
 OVERFIT_TOLERANCE = 0.05
 TITLES = {"proportions": ", at the paper's proportions (pre-training ~5% of the prose tokens seen)"}
 PAPER_SHARE = "a few percent: music ~2 passes over 36k MAESTRO chunks and a poetry stage before 5 epochs of WikiText-103"
-INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan")  # how a report was made, not what it measured
+INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")  # how a report was made, not what it measured
+
+
+def reused(a):
+    """--reuse DIR: {(condition, width, seed): (record, details)} of the results DIR's report holds, made with the
+    same settings; their prose runs are not trained again (their pre-training, seconds, is: the report's facts)."""
+    if not a.reuse:
+        return {}
+    old, now = common.reused_report(a.reuse), {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
+    if diff := sorted(k for k, v in json.loads(json.dumps(now)).items() if old["settings"].get(k) != v):
+        raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
+    det = json.loads((Path(a.reuse) / "details.json").read_text())["runs"]
+    return {(r["condition"], r["width"], r["seed"]): (r, det[f"{r['condition']}/d{r['width']}/s{r['seed']}"])
+            for r in old["runs"]}
 
 
 def baseline(c):
@@ -115,7 +129,8 @@ def regime(a, data, provenance):
             f"of a far smaller prose set, so our perplexities are far higher. Pre-training is "
             f"{100 * pretrain_share(a, f)['ours']:.1f}% of the prose tokens the ladder sees (the paper: a few percent)."
             + (" The long pair trains at a constant lr after its warmup, so its stopping rule sees a plateau."
-               if getattr(a, "long_schedule", "cosine") == "constant" else ""))
+               if getattr(a, "long_schedule", "cosine") == "constant" else "")
+            + (f" {f['reused'][0]} results from {f['reused'][1]}/report.json (--reuse)." if f.get("reused") else ""))
 
 
 def markdown(a, data, entries, check_list, front, figures, provenance):
