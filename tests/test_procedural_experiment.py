@@ -181,6 +181,19 @@ def test_reuse_starts_a_missing_diagnostic_from_the_kept_pre_trained_model(done,
     again = {r["name"]: r for r in json.loads((tmp_path / "new" / "report.json").read_text())["runs"]}
     old = next(r for r in rep["runs"] if r["name"] == "haystack-dyck-s1")
     assert again["haystack-dyck-s1"]["curve"] == old["curve"]   # the same model, the same seed: the same run
+    # without the kept models the Dyck model is trained again: the record the reused runs rest on stays, the
+    # new one beside it as `retrained` (here a kept val_loss altered by hand, so the two differ)
+    shutil.rmtree(kept / "pretrained")
+    runs = [dict(r, val_loss=r["val_loss"] + 0.5) if r["name"] == "pre-dyck-2_4_16-s0" else r for r in rep["runs"]]
+    (kept / "report.json").write_text(json.dumps(dict(rep, runs=[r for r in runs if r["name"] != "haystack-dyck-s1"])))
+    trained.clear()
+    P.main([*argv, "--out", str(tmp_path / "new2"), "--reuse", str(kept)])
+    assert sorted(trained) == ["haystack-dyck-s1", "pre-dyck-2_4_16-s0"]
+    rep2 = json.loads((tmp_path / "new2" / "report.json").read_text())
+    dyck = next(r for r in rep2["runs"] if r["name"] == "pre-dyck-2_4_16-s0")
+    first = next(r for r in rep["runs"] if r["name"] == "pre-dyck-2_4_16-s0")
+    assert dyck["val_loss"] == first["val_loss"] + 0.5 and dyck["retrained"]["val_loss"] == first["val_loss"]
+    assert "trained again for the runs made after its model was lost" in rep2["regime"]
 
 
 def test_rerun_skips_finished_runs_and_rebuilds_the_same_report(done, monkeypatch):

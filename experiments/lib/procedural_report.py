@@ -80,9 +80,13 @@ def record(a, run):
 
 
 def collect(a, runs):
-    """The records of the finished runs: from their folders, else from --reuse DIR's report.json."""
-    kept = pa.reused(a, runs)
-    return [r for r in (record(a, run) or kept.get(run.name) for run in runs) if r is not None]
+    """The records of the finished runs: from their folders, else from --reuse DIR's report.json. A pre-training
+    run reused and trained again (its model was not kept) keeps the first record (the reused runs started from
+    that model), the new one as its `retrained` (the runs trained since start from this one)."""
+    kept, keys = pa.reused(a, runs), ("val_loss", "best_val_loss", "steps", "stop_reason", "seconds")
+    pairs = [(record(a, run), kept.get(run.name)) for run in runs]
+    return [dict(old, retrained={k: new[k] for k in keys}) if new and old and new["part"] == "pretrain" and new[
+        "val_loss"] != old["val_loss"] else new or old for new, old in pairs if new or old]
 
 
 def rebuild(out):
@@ -105,9 +109,9 @@ def regime(a, provenance, runs=None):
             f"the {a.task_test:,} test records, AdamW lr 1e-3, 500 warm-up steps, cosine, weight decay 0.001, untied "
             f"head; {a.seeds} seed(s) per cell. Pre-training on the task's architecture, one model per kind shared "
             f"by the seeds: {pre or 'none'}; Dyck (k = 16) as their script for this model (procedural_pretraining/"
-            f"dyck.py), the other kinds as their algorithmic.py, each until a stopping rule on the validation loss ({pa.DYCK['patience']} evaluations of "
-            f"{pa.DYCK['every']} steps without beating the best by {pa.DYCK['delta']} nats); no dropout, lr "
-            f"{a.pretrain_lr or pa.SMALL_LR:g} "
+            f"dyck.py), the other kinds as their algorithmic.py, each until a stopping rule on the validation loss "
+            f"({pa.DYCK['patience']} evaluations of {pa.DYCK['every']} steps without beating the best by "
+            f"{pa.DYCK['delta']} nats); no dropout, lr {a.pretrain_lr or pa.SMALL_LR:g} "
             "(theirs 5e-5 for Dyck, 5e-4 in their yaml); full transfer with mean embedding rows (their 'everything' "
             "+ 'average'). The claims are read on their token-level accuracy, our exact-answer accuracy beside it."
             + floors(runs) + where + (" This --quick run is a smoke test of the pipeline: it does not test the claims."
@@ -117,9 +121,11 @@ def regime(a, provenance, runs=None):
 def floors(runs):
     """The regime's check of each pre-trained model: its final validation loss against its data's entropy."""
     pre = [r for r in runs or [] if r["part"] == "pretrain" and r.get("entropy") is not None and not r.get("diverged")]
-    parts = [f"{r['condition']} {r['val_loss']:.3f} nats against its entropy {r['entropy']:.3f} "
-             f"({r['val_loss'] - r['entropy']:+.3f}{', within 0.1' if r['val_loss'] - r['entropy'] <= 0.1 else ''}; "
-             f"{r['stop_reason']})" for r in pre]
+    gap = lambda r, x: f"{(d := x['val_loss'] - r['entropy']):+.3f}{', within 0.1' if d <= 0.1 else ''}"  # noqa: E731
+    parts = [f"{r['condition']} {r['val_loss']:.3f} nats against its entropy {r['entropy']:.3f} ({gap(r, r)}; "
+             f"{r['stop_reason']})" + (f", trained again for the runs made after its model was lost: {x['val_loss']:.3f} "
+                                       f"({gap(r, x)}; {x['stop_reason']})" if (x := r.get("retrained")) else "")
+             for r in pre]
     return f" Pre-trained models at the end: {'; '.join(parts)}." if parts else ""
 
 
