@@ -176,8 +176,8 @@ def test_reuse_starts_a_missing_diagnostic_from_the_kept_pre_trained_model(done,
     P.main([*argv, "--out", str(tmp_path / "new"), "--reuse", str(kept)])
     assert trained == ["haystack-dyck-s1"]
     a = P.parse_args([*argv, "--out", str(tmp_path / "new")])
-    assert Path(PA.pre_ckpt(a, "dyck", "haystack", 0)).read_bytes() == (
-        out / "pretrained" / "pre-dyck-2_4_16-s0.pt").read_bytes()
+    for f in (Path(PA.pre_ckpt(a, "dyck", "haystack", 0)), tmp_path / "new" / "pretrained" / "pre-dyck-2_4_16-s0.pt"):
+        assert f.read_bytes() == (out / "pretrained" / "pre-dyck-2_4_16-s0.pt").read_bytes()   # and kept again
     again = {r["name"]: r for r in json.loads((tmp_path / "new" / "report.json").read_text())["runs"]}
     old = next(r for r in rep["runs"] if r["name"] == "haystack-dyck-s1")
     assert again["haystack-dyck-s1"]["curve"] == old["curve"]   # the same model, the same seed: the same run

@@ -22,7 +22,7 @@ TASKS = {"haystack": dict(n_layer=2, n_head=4, n_embd=16, context=100, batch=100
 RECORDS = 250 * 40_000   # experiment_stream.py:283, train_steps * train_size records seen
 # AdamW (:25-26), 500 linear warm-up steps then cosine to 0 (:27, :33), untied head (:39), no dropout (:44)
 TASK_OPT = dict(lr=1e-3, warmup=500, weight_decay=0.001)
-# kind -> their yaml: steps, rows per step, lr, weight decay; eca110 (no kind of theirs): the sequence kinds'
+# kind -> their yaml: steps, rows per step, lr, weight decay; eca110, no kind of theirs, takes the others'
 YAML = {k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
         for k in ("identity", "reverse", "sort", "set", "union", "delete", "stack", "eca110")}
 # Pre-training the d = 16 diagnostic model, every kind: Dyck as their procedural_pretraining/dyck.py:471-520 (k = 16,
@@ -222,13 +222,13 @@ def reused(a, runs):
 
 
 def kept_pretrained(a, pre, keep=True):
-    """Copy each finished pre-training run's model (a few KB) to OUT/pretrained/<name>.pt; keep=False (--reuse
+    """Copy each pre-training run's model (a few KB) to OUT/pretrained/<name>.pt; keep=False (--reuse
     DIR): back from DIR/pretrained/ to its run folder, so the diagnostics left start from the very same model."""
     for r in pre:
         run, kept = Path(pre_ckpt(a, r.meta["condition"], r.meta["task"], r.meta["seed"])), \
             (a.out if keep else Path(a.reuse)) / "pretrained" / f"{r.name}.pt"
         src, dest = (run, kept) if keep else (kept, run)
-        if src.exists() and (common.is_finished(r.folder) if keep else not dest.exists()):
+        if src.exists() and (keep or not dest.exists()):
             dest.parent.mkdir(parents=True, exist_ok=True)
             common.atomic_write_bytes(dest, src.read_bytes())
 
