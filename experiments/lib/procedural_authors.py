@@ -222,7 +222,7 @@ def reused(a, runs):
 
 
 def kept_pretrained(a, pre, keep=True):
-    """Copy each pre-training run's model (a few KB) to OUT/pretrained/<name>.pt; keep=False (--reuse
+    """Copy each pre-training run's model (~50 KB) to OUT/pretrained/<name>.pt; keep=False (--reuse
     DIR): back from DIR/pretrained/ to its run folder, so the diagnostics left start from the very same model."""
     for r in pre:
         run, kept = Path(pre_ckpt(a, r.meta["condition"], r.meta["task"], r.meta["seed"])), \
