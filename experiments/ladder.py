@@ -150,7 +150,6 @@ def parse_args(argv=None):
     return a
 
 
-
 # --- the plan: which runs, with which flags, in which wave ---------------------------------------
 
 def steps_per_epoch(a):
@@ -346,7 +345,8 @@ def collect(a, runs):
             details[f"{c}/d{w}/s{s}"] = det
     done, (spe, unique) = [r for r in runs.values() if (r.folder / "summary.json").exists()], steps_per_epoch(a)
     facts = {"n_runs": len(done), "train_min": sum(common.read_summary(r.folder)["seconds"] for r in done) / 60,
-             "spe": spe, "ladder_steps": ladder_steps(a), **({"reused": [len(a._reused), str(a.reuse)]} if a._reused else {}),
+             "spe": spe, "ladder_steps": ladder_steps(a),
+             **({"reused": [len(a._reused), str(a.reuse)]} if a._reused else {}),
              "prose_desc": (f"the first {unique:,} training tokens of {a.prose_stage}"
                             + (f" ({a.prose})" if a.prose_stage == "prose" else "")) if unique else
              f"the whole {a.prose_stage} training split ({a.prose})", "long_pair_elsewhere": long_pair_cost(a)}

@@ -236,6 +236,7 @@ def test_the_default_reads_its_pre_trained_models_against_their_entropy():
         assert f"{cond} {r['val_loss']:.3f} nats against its entropy {r['entropy']:.3f}" in rep["regime"]
     assert pre["dyck"]["val_loss"] - pre["dyck"]["entropy"] <= 0.1
 
+
 def test_the_table_cells_are_planned_each_with_its_baseline(tmp_path):
     """--cells table: the paper's six claims as (task, row, transfer) cells, not a cross product; every kind
     pre-trained on the d = 16 model by the stopping rule; a merge from the two kinds' models."""
