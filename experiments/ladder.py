@@ -128,6 +128,7 @@ def parse_args(argv=None):
     a.out = Path(a.out or "out/ladder" + ("-quick" if a.quick else "" if a.preset == "contributions" else
                                           f"-{a.preset}")).resolve()
     if a.preset == "headline":  # (report.json keeps the arms and train.py's defaults they ran at)
+        a.reuse and p.error("--reuse reads another preset's results; --preset headline resumes from its --out alone")
         d = vars(train_flags([]))
         return setattr(a, "budget", {k: d[k] for k in ("iters", "batch_size", "block_size", "n_layer", "n_embd",
                                                        "lr")}) or setattr(a, "conditions", dict(HEADLINE_ARMS)) or a
@@ -141,8 +142,7 @@ def parse_args(argv=None):
         a.capacity_widths = [int(w) for w in str(a.capacity_widths).split(",") if w.strip()]
     except ValueError:
         p.error(f"--widths {a.widths!r} / --capacity-widths {a.capacity_widths!r}: give whole numbers, e.g. 16,32,64")
-    if a.long_schedule not in ("cosine", "constant"):
-        p.error(f"--long-schedule {a.long_schedule!r}: choose cosine or constant")
+    a.long_schedule in ("cosine", "constant") or p.error(f"--long-schedule {a.long_schedule!r}: cosine or constant")
     if a.headline_seeds < 0 or a.prose_tokens < 0 or min(a.widths + a.capacity_widths) <= 0 or any(
             w % a.n_head for w in a.widths + a.capacity_widths + [a.long_width]):
         p.error(f"--headline-seeds and --prose-tokens must be >= 0, widths positive multiples of --n-head {a.n_head}")

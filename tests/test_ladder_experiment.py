@@ -179,6 +179,8 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys, 
     from data.common import UserError
     with pytest.raises(UserError, match=r"other settings \(prose_epochs\)"):
         ladder.main(argv + ["--out", str(tmp_path / "other"), "--reuse", str(kept), "--prose-epochs", "3"])
+    with pytest.raises(SystemExit):  # the headline preset has no results DIR to take from: said, not ignored
+        ladder.parse_args(["--preset", "headline", "--reuse", str(kept), "--out", str(tmp_path / "h")])
 
 
 def test_plan_and_presets_train_nothing(tmp_path, capsys):
