@@ -267,6 +267,10 @@ def test_checks_notes_and_front_table():
     assert front[2].startswith("| 1 | music before prose") and front[2].endswith("| **reproduces** |")
     assert "| (a) not in this run (b) not in this run (c) not in this run |" in front[4]
     assert front[7].endswith("| **no clear difference** |")  # the long pair: 2, 2, 2 vs 2, 3, 4
+    rows = ladder_report.front_table(entries, "proportions")  # the contributions its conditions read
+    assert rows["title"].startswith("The ladder paper's contributions 1, 3, 6 beside its numbers, at the paper's")
+    rows = rows["lines"]
+    assert [ln.split(" | ")[0] for ln in rows[2:]] == ["| 1", "| 3", "| 6"] and rows[2:] == [front[i] for i in (2, 4, 7)]
 
 
 def test_curves_draw_volume_large_where_music_has_no_runs():

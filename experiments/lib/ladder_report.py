@@ -19,6 +19,7 @@ SOURCE = {"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"}
 FIGURES, MUSIC = ["width.png", "curves.png", "ablation.png"], ("music.png", "music-real.mid", "music-sampled.mid")
 OVERFIT_TOLERANCE = 0.05
 TITLES = {"proportions": ", at the paper's proportions (pre-training ~5% of the prose tokens seen)"}
+ROWS = {"proportions": (1, 3, 6)}  # the contributions a preset's conditions read (else all six)
 PAPER_SHARE = "a few percent: music ~2 passes over 36k MAESTRO chunks and a poetry stage before 5 epochs of WikiText-103"
 INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")  # how a report was made, not what it measured
 
@@ -92,16 +93,17 @@ def said(claim, entry):
 
 
 def front_table(entries, preset=None):
-    """report.json's `front_table`: the six contributions (SIX) beside the paper's numbers, each with its
-    claims' cells and the combined verdict of its claims."""
+    """report.json's `front_table`: the six contributions (SIX; a preset's ROWS) beside the paper's numbers, each
+    with its claims' cells and the combined verdict of its claims."""
     by = {e["claim"]: e for e in entries}
     lines = ["| # | contribution | paper | ours: change of prose perplexity (test, n) | verdict |", "|---" * 5 + "|"]
-    for n, title, paper, idx in SIX:
+    for n, title, paper, idx in (row for row in SIX if row[0] in ROWS.get(preset, (row[0],))):
         ours = [said(CLAIMS[i], by[CLAIMS[i].claim]) for i in idx]
         verdict = combined_verdict([by[CLAIMS[i].claim]["verdict"] for i in idx])
         lines.append(f"| {n} | {title} | {paper} | " + (" ".join(f"({'abc'[k]}) {o}" for k, o in enumerate(ours))
                      if len(ours) > 1 else ours[0]) + f" | **{verdict}** |")
-    return {"title": "The ladder paper's six contributions beside its numbers" + TITLES.get(preset, "") +
+    which = f"contributions {', '.join(map(str, ROWS[preset]))}" if preset in ROWS else "six contributions"
+    return {"title": f"The ladder paper's {which} beside its numbers" + TITLES.get(preset, "") +
                      " (each claim's cells in RESULTS.md)", "lines": lines}
 
 
