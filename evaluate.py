@@ -9,6 +9,7 @@ run over fixed batches without gradients; the engine the experiments' reports sh
     x, y, mask = val_windows(corpus, 128)                # the whole validation split, in windows
     e = evaluate_run(run_folder, corpus)                 # full-validation loss, cached in the folder
     rms = activation_rms(model, x[:16])                  # residual-stream RMS after each block
+    sc = task_scores(run_folder, "haystack", 0, 4000)    # a stream:TASK run's accuracies on its test records
 
 Every function here only reads a run's files and computes; nothing trains, nothing draws a
 random number that is not fixed (MDLM's evaluation masks are seeded by the batch index).
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from batches import get_batch, load_corpus, unigram_perplexity
+from batches import get_batch, load_corpus, task_predictions, unigram_perplexity
 from checkpoint import load_model, read_summary, stage_file
 from data.common import UserError, atomic_write_bytes
 from flags import parse_args
@@ -134,6 +135,27 @@ def evaluate_run(folder, corpus=None, batch=64):
     e = {"loss": loss, "kind": kind, "tokens": n, "summary_seconds": s["seconds"]}
     atomic_write_bytes(folder / "val_eval.json", json.dumps(e, indent=1).encode())
     return e
+
+
+@torch.no_grad()
+def task_scores(folder, task, data_seed, task_test):
+    """{exact, token}: a stream:TASK run's exact-answer accuracy and the procedural authors' token-level accuracy
+    (data/tasks.py) on its test records, from its final checkpoint; cached in <folder>/scores.json (computed
+    again when the checkpoint changed)."""
+    from contextlib import nullcontext
+    import data
+    from data.tasks import answer_accuracy, answer_span, their_loss_mask, token_accuracy
+    path, cache = stage_file(folder, 0, f"stream:{task}"), Path(folder) / "scores.json"
+    if cache.exists() and (out := json.loads(cache.read_text())).get("checkpoint_mtime") == path.stat().st_mtime:
+        return out
+    model, _ = stage_model(folder, 0, f"stream:{task}")
+    corpus = data.load(f"stream:{task}", seed=data_seed, task_test=task_test)
+    rows, pred = task_predictions(model, corpus, 1000, torch.device("cpu"), nullcontext())
+    out = {"exact": answer_accuracy(pred, rows[:, 1:], answer_span(task, rows)),
+           "token": token_accuracy(pred, rows[:, 1:], their_loss_mask(task, rows)[:, 1:]),
+           "test_records": len(rows), "checkpoint_mtime": path.stat().st_mtime}
+    atomic_write_bytes(cache, json.dumps(out, indent=1).encode())
+    return out
 
 
 def _eval_worker(folder, threads):

@@ -16,6 +16,7 @@ preparation and is redone, never used.
 import argparse
 import hashlib
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -50,6 +51,17 @@ def positive_int(value):
     if not value.strip().lstrip("+").isdigit() or int(value) <= 0:
         raise argparse.ArgumentTypeError(f"must be positive (a whole number > 0), got {value!r}")
     return int(value)
+
+
+def positive_float(value):
+    """argparse type: a number > 0 (the error is the parser's one line)."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not x > 0 or math.isinf(x):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value!r}")
+    return x
 
 
 def writable_folder(value):

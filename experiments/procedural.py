@@ -68,7 +68,8 @@ def parse_args(argv=None):
                    "model a cap of 20,000 for the stopping rule, else their yaml's 2,501; quick 20)")
     p.add_argument("--pretrain-rows", type=common.positive_int, help="pre-training rows per step (default 64 of "
                    "their scripts; quick 32)")
-    p.add_argument("--pretrain-lr", type=float, help="pre-training lr, constant (default 3e-3 for the d = 16 models)")
+    p.add_argument("--pretrain-lr", type=common.positive_float, help="pre-training lr, constant (default 3e-3 "
+                   "for the d = 16 models)")
     p.add_argument("--dyck-length", type=common.positive_int, default=pa.DYCK_LENGTH,
                    help="tokens per Dyck row (default 128; theirs 2,048); its context must hold the task's")
     p.add_argument("--data-seed", type=int, default=0, help="procedural and task data (fixed across --seeds)")
@@ -76,9 +77,8 @@ def parse_args(argv=None):
                    help="pre-trained models per kind; diagnostic seed s starts from model s mod N (default 1: one "
                         "per kind, as the authors)")
     a = p.parse_args(argv)
-    for k, v in PRESETS["quick" if a.quick else "default"].items():
-        if getattr(a, k, None) is None:
-            setattr(a, k, v)
+    preset = PRESETS["quick" if a.quick else "default"]
+    vars(a).update({k: v for k, v in preset.items() if getattr(a, k) is None})
     a.cells = pa.parse_cells(TABLE if a.cells == "table" else a.cells)
     pick = lambda f: list(dict.fromkeys(x for c in a.cells for x in f(*c)))  # noqa: E731 (in the cells' order)
     a.tasks, a.transfers = pick(lambda t, r, m: [t]), pick(lambda t, r, m: [m])
@@ -87,8 +87,7 @@ def parse_args(argv=None):
     a.kinds += [k for mg in a.merges for k in mg if k not in a.kinds]   # a merge's models are pre-trained too
     a.controls = pick(lambda t, r, m: [pa.base_kind(r)] if r.endswith(pa.SHUFFLED) else [])
     a.out = Path(a.out or ("out/procedural-quick" if a.quick else "out/procedural"))
-    if a.reuse:
-        common.reused_report(a.reuse)  # a one-line error where DIR holds no report.json
+    a.reuse and common.reused_report(a.reuse)  # a one-line error where DIR holds no report.json
     check(a)
     return a
 
@@ -105,8 +104,6 @@ def check(a):
         if m not in (("none",) if r == "none" else ("full",) if pa.merge_kinds(r) else ("full", "attn", "mlp")):
             raise UserError(f"--cells {t}:{r}:{m}: a baseline takes no transfer, a merge is trained with full "
                             "transfer, a kind's row with full, attn or mlp")
-    if a.pretrain_lr is not None and a.pretrain_lr <= 0:
-        raise UserError(f"--pretrain-lr must be positive, got {a.pretrain_lr}")
     dyck = [k for k in pa.rows(a)[1:] if k.startswith("dyck")]
     if dyck and a.dyck_length % 2:
         raise UserError(f"--dyck-length must be even (a balanced Dyck row), got {a.dyck_length}")

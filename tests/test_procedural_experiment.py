@@ -209,6 +209,26 @@ def test_rerun_skips_finished_runs_and_rebuilds_the_same_report(done, monkeypatc
     assert (out / "report.md").read_text() == before  # nothing trained: the same provenance, the same report
 
 
+def test_checks_read_each_model_against_its_entropy_and_each_baseline_against_its_ceiling():
+    """A pre-trained model that ended far above its data's entropy has not learnt its task, and a baseline at
+    the ceiling leaves no room for a gain: both are said where a claim rests on them, and only there."""
+    from experiments.lib import procedural_report as PR
+    pre = [dict(part="pretrain", condition=k, val_loss=v, entropy=e) for k, v, e in (("dyck", 2.0, 1.95),
+                                                                                    ("set", 2.9, 0.0))]
+    task = [dict(part="task", task=t, condition=c, transfer="full", seed=s, token=tok, exact=0.0, val_loss=1.0)
+            for t, c, tok in (("haystack", "none", 0.11), ("haystack", "dyck", 0.07), ("sorting", "none", 1.0),
+                              ("sorting", "set", 0.6)) for s in range(3)]
+    checks, notes = PR.checks(pre + task, PC.records({"runs": pre + task}))
+    assert [(c["holds"], c["detail"]) for c in checks] == [(False, "dyck +0.050, set +2.900"),
+                                                            (False, "haystack 11.0%, sorting 100.0%")]
+    by = {c.claim: notes[c.claim] for c in PC.CLAIMS}
+    assert by[PC.CLAIMS[3].claim] == ("pre-training ended over 0.1 nats above its data's entropy: set +2.900; "
+                                      "sorting's baseline at 100.0%: no room for a gain")
+    assert by[PC.CLAIMS[0].claim] == "" and by[PC.CLAIMS[2].claim] == ""  # Dyck learnt; haystack has room
+    assert PR.checks(pre[:1], [])[0] == [dict(checks[0], holds=True, detail="dyck +0.050"), dict(
+        checks[1], holds=None, detail="")]
+
+
 @pytest.mark.parametrize("name", ["procedural", "procedural-table"])
 def test_the_committed_report_rebuilds_byte_identical_from_its_json(name, tmp_path):
     out = tmp_path / name
@@ -270,6 +290,8 @@ def test_the_table_cells_are_planned_each_with_its_baseline(tmp_path):
     (["--dyck-length", "64"], "fewer than the 100 of the task model"),
     (["--dyck-length", "129"], "must be even"),
     (["--records", "0"], "must be positive"),
+    (["--pretrain-lr", "0"], "must be a positive number, got '0'"),
+    (["--pretrain-lr", "inf"], "must be a positive number, got 'inf'"),
     (["--reuse", "nowhere"], "no report.json there"),
     (["--cells", "haystack"], "is not TASK:ROW[:TRANSFER]"),
 ])

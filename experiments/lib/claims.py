@@ -272,6 +272,12 @@ def read_all(claims, records, notes=None):
     return entries
 
 
+def check_lines(checks):
+    """A report's `checks` ({check, holds, detail}) as Markdown bullets: holds, FAILS or not measured."""
+    return [f"- {c['check']}: " + {True: f"holds ({c['detail']}).", False: f"FAILS ({c['detail']})."}.get(
+        c["holds"], "not measured.") for c in checks]
+
+
 def cell(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
 
 import train  # noqa: E402
 from checkpoint import read_summary  # noqa: E402,F401 (the experiments read it from here)
-from data.common import UserError, atomic_write_bytes, positive_int, writable_folder  # noqa: E402,F401 (types here)
+from data.common import UserError, atomic_write_bytes, positive_float, positive_int, writable_folder  # noqa: E402,F401 (types here)
 from experiments.lib.provenance import Provenance  # noqa: E402 (main_guard records a stopped invocation)
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from experiments.lib import common
 from experiments.lib.provenance import hardware, provenance_line
-from experiments.lib.claims import combined_verdict, fmt_mean_std, fmt_n, fmt_p, mean_std, read_all, table, RULE
+from experiments.lib.claims import (check_lines, combined_verdict, fmt_mean_std, fmt_n, fmt_p, mean_std, read_all, table,
+                                    RULE)
 from experiments.lib.ladder_claims import CLAIMS, SIX
 
 SOURCE = {"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"}
@@ -143,10 +144,8 @@ def markdown(a, data, entries, check_list, front, figures, provenance):
              provenance_line(provenance), "", "## The paper's claims beside ours", "", *table(entries), "",
              RULE + " Perplexity of the prose validation split, lower is better; the arms pair by seed (the same "
              "prose batches).", "",
-             *(["## The six contributions", "", *front["lines"], "", "A contribution's verdict combines its claims' "
-                "verdicts by the same rule.", ""] if front else []), "## Checks", "",
-             *(f"- {c['check']}: " + {True: f"holds ({c['detail']}).", False: f"FAILS ({c['detail']})."}.get(
-                 c["holds"], "not measured.") for c in check_list), "",
+             *(["## The paper's contributions", "", *front["lines"], "", "A contribution's verdict combines its "
+                "claims' verdicts by the same rule.", ""] if front else []), "## Checks", "", *check_lines(check_list), "",
              "## Prose validation perplexity (mean ± std over seeds)", "",
              "| condition | d | n | after the first epoch | final |", "|---|---|---|---|---|",
              *(f"| {c} | {w} | {len(values(records, c, w, 'ppl_final'))} | {ppl(c, w, 'ppl_first_epoch')} | "

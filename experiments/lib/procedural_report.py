@@ -20,41 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
+from evaluate import task_scores
 from experiments.lib import common
 from experiments.lib.provenance import hardware, provenance_line
 from experiments.lib import procedural_authors as pa
-from experiments.lib.claims import MIN_N, RULE, fmt_mean_std, mean_std, read_all, table
+from experiments.lib.claims import MIN_N, RULE, check_lines, fmt_mean_std, mean_std, read_all, table
 from experiments.lib.procedural_claims import CLAIMS, records
 
 SOURCE = {"arxiv": "2601.21725", "title": "Procedural Pretraining: Warming Up Language Models with Abstract Data"}
 FIGURES = ["curves.png", "accuracy.png"]
 INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")
 PAPER_HAYSTACK = {"none": 10, "dyck": 98}   # the paper's headline, % token-level accuracy
-
-
-def scores(a, folder, task):
-    """{exact, token}: exact-answer and the authors' token-level accuracy on the test set from the run's
-    final checkpoint; cached in folder/scores.json (redone if the checkpoint changed)."""
-    from contextlib import nullcontext
-    import torch
-    import data
-    from batches import task_predictions
-    from checkpoint import stage_file
-    from data.tasks import answer_accuracy, answer_span, their_loss_mask, token_accuracy
-    from evaluate import stage_model
-    path, cache = stage_file(folder, 0, f"stream:{task}"), Path(folder) / "scores.json"
-    if cache.exists():
-        out = json.loads(cache.read_text())
-        if out.get("checkpoint_mtime") == path.stat().st_mtime:
-            return out
-    model, _ = stage_model(folder, 0, f"stream:{task}")
-    corpus = data.load(f"stream:{task}", seed=a.data_seed, task_test=a.task_test)
-    rows, pred = task_predictions(model, corpus, 1000, torch.device("cpu"), nullcontext())
-    out = {"exact": answer_accuracy(pred, rows[:, 1:], answer_span(task, rows)),
-           "token": token_accuracy(pred, rows[:, 1:], their_loss_mask(task, rows)[:, 1:]),
-           "test_records": len(rows), "checkpoint_mtime": path.stat().st_mtime}
-    common.write_json(cache, out)
-    return out
+FLOOR_GAP, CEILING = 0.1, 99.0  # nats above its entropy a model that learnt its task ends; % a gain needs room under
 
 
 def record(a, run):
@@ -73,7 +50,7 @@ def record(a, run):
                  stop_reason=pa.stop_reason(run.argv, st.get("stopped_early"), st["iters"]))
         return r
     ev = sorted((e["iter"], e["accuracy"]) for e in common.read_events(run.folder, "eval"))
-    sc = scores(a, run.folder, run.meta["task"])
+    sc = task_scores(run.folder, run.meta["task"], a.data_seed, a.task_test)
     r.update(records_seen=st["iters"] * run.meta["batch"], curve=[[it * run.meta["batch"], acc] for it, acc in ev],
              exact=st["accuracy"], token=sc["token"], exact_recomputed=sc["exact"])
     return r
@@ -129,6 +106,31 @@ def floors(runs):
     return f" Pre-trained models at the end: {'; '.join(parts)}." if parts else ""
 
 
+def checks(runs, recs):
+    """report.json's `checks` ({check, holds, detail}) and {claim: the note after its numbers}: has each pre-trained
+    model learnt its task (its loss within FLOOR_GAP of its data's entropy), and does each task's baseline leave
+    room for a gain (token-level accuracy under CEILING)?"""
+    pre = {r.get("condition", r.get("row")): r["val_loss"] - r["entropy"] for r in runs if r["part"] == "pretrain"
+           and r.get("entropy") is not None and not r.get("diverged")}
+    base = {t: mean_std([r.get("token") for r in recs if (r["task"], r["condition"]) == (t, "none")])[0]
+            for t in dict.fromkeys(r["task"] for r in recs if "token" in r)}
+    far, full = {k: g for k, g in pre.items() if g > FLOOR_GAP}, {t: m for t, m in base.items() if m >= CEILING}
+    out = [dict(check=f"every pre-trained model ends within {FLOOR_GAP} nats of its data's entropy (it learnt its task)",
+                holds=not far if pre else None, detail=", ".join(f"{k} {g:+.3f}" for k, g in pre.items())),
+           dict(check=f"every task's baseline leaves room for a gain (token-level accuracy under {CEILING:g}%)",
+                holds=not full if base else None, detail=", ".join(f"{t} {m:.1f}%" for t, m in base.items()))]
+    notes, arms = {}, lambda x: [x] if isinstance(x, dict) else x or []  # noqa: E731
+    for c in CLAIMS:
+        kinds = dict.fromkeys(k for d in arms(c.treat) + arms(c.base) if any(r["condition"] == d["condition"] for r
+                              in recs) for k in pa.merge_kinds(d["condition"]) or [d["condition"].split(" (")[0]])
+        tasks = [t for t in full if c.base == {"condition": "none"} and t in (c.only or full) and any(r["task"] == t
+                 and r["condition"] in [d["condition"] for d in arms(c.treat)] for r in recs)]
+        said = [f"pre-training ended over {FLOOR_GAP} nats above its data's entropy: " + ", ".join(
+            f"{k} {far[k]:+.3f}" for k in kinds if k in far)] * any(k in far for k in kinds)
+        notes[c.claim] = "; ".join(said + [f"{t}'s baseline at {full[t]:.1f}%: no room for a gain" for t in tasks])
+    return out, notes
+
+
 def cell_lines(recs):
     """Accuracy and loss per (task, condition), mean ± std over seeds."""
     groups, first = {}, list(dict.fromkeys(r["task"] for r in sorted(recs, key=lambda r: "token" not in r)))
@@ -146,8 +148,6 @@ def pretrain_lines(runs):
     groups = {}
     for r in (r for r in runs if r["part"] == "pretrain" and not r.get("diverged")):
         groups.setdefault((r.get("condition", r.get("row")), r["steps"], r["tokens"]), []).append(r)
-    if not groups:
-        return []
     lines = ["## Pre-training", "", "Final validation loss (nats per loss token), the data's entropy per loss token (the "
              "lowest loss a model can reach: exact; the SET / UNION controls' from 10,000 sampled rows, +-0.002) and the "
              "unigram loss (the token counts alone): where a pre-training ended between them is how much it learnt.", "",
@@ -160,17 +160,18 @@ def pretrain_lines(runs):
                      f"{f'{ent:.3f}' if ent is not None else 'not derived' if 'entropy' in rs[0] else '-'} | {gap} | "
                      f"{fmt_mean_std([r.get('unigram_loss') for r in rs], '{:.2f}')} | "
                      f"{'; '.join(dict.fromkeys(r.get('stop_reason', 'its steps') for r in rs))} |")
-    return lines + [""]
+    return lines + [""] if groups else []
 
 
-def markdown(a, runs, n_planned, entries, provenance):
+def markdown(a, runs, n_planned, entries, check_list, provenance):
     authors = getattr(a, "records", None) is not None
     lines = [f"# Procedural pre-training: {'the diagnostics as the authors run them' if authors else 'the table preset'}"
              f"{' (--quick)' if a.quick else ''}", "", provenance_line(provenance), "",
              f"Jiang, Shinnick et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}. {len(runs)} of {n_planned} "
              f"runs finished; {sum(r.get('seconds') or 0 for r in runs) / 60:.1f} min of training summed over runs.",
              "", f"**Regime.** {regime(a, provenance, runs)}", "", "## The paper's claims beside ours", "", RULE, ""]
-    lines += table(entries) + ["", "## Accuracy and loss per cell", "", "On the test records after the whole "
+    lines += table(entries) + ["", "## Checks", "", *check_lines(check_list), "", "## Accuracy and loss per cell", "",
+                               "On the test records after the whole "
                                "budget, mean ± std over seeds (the semantic rows: validation loss).", ""]
     lines += cell_lines(records({"runs": runs})) + [""] + pretrain_lines(runs)
     if authors:
@@ -182,11 +183,12 @@ def markdown(a, runs, n_planned, entries, provenance):
 def render(a, runs, n_planned, out, provenance):
     """report.md, report.json and the figures from the run records; returns report.md. Nothing here reads
     the run folders, the clock or the machine."""
-    entries = read_all(CLAIMS, records({"runs": runs}))
-    text = markdown(a, runs, n_planned, entries, provenance)
+    check_list, notes = checks(runs, records({"runs": runs}))
+    entries = read_all(CLAIMS, records({"runs": runs}), notes)
+    text = markdown(a, runs, n_planned, entries, check_list, provenance)
     settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
     common.write_report(out, text, source=SOURCE, regime=regime(a, provenance, runs), figures=FIGURES, verdicts=entries,
-                        provenance=provenance, settings=settings, n_planned=n_planned, runs=runs)
+                        provenance=provenance, settings=settings, n_planned=n_planned, checks=check_list, runs=runs)
     plot_all(records({"runs": runs}), out)
     return text
 
