@@ -106,7 +106,8 @@ def load_corpus(name, args):
                 poetry_lines=args.poetry_lines, data_dir=args.data_dir, music_dir=args.music_dir,
                 music_composers=args.music_composers, music_chunks=args.music_chunks,
                 synthetic_tokens=args.synthetic_tokens, block_size=args.block_size, seed=args.data_seed,
-                procedural_sequences=args.procedural_sequences, task_train=args.task_train,
+                procedural_sequences=args.procedural_sequences, procedural_vocab=args.procedural_vocab,
+                task_train=args.task_train,
                 task_test=args.task_test, math_problems=args.math_problems)
     try:
         corpus = data.load(name, **opts)

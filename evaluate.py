@@ -43,7 +43,7 @@ def stage_model(folder, stage_index, name, device="cpu"):
 # these saw the same corpus and the same training subset
 DATA_FLAGS = ("stages", "cache_dir", "prose", "poetry_file", "poetry_lines", "data_dir", "music_dir",
               "music_composers", "music_chunks", "synthetic_tokens", "block_size", "data_seed",
-              "procedural_sequences", "task_train", "task_test", "math_problems", "unique_tokens")
+              "procedural_sequences", "procedural_vocab", "task_train", "task_test", "math_problems", "unique_tokens")
 _CORPORA = {}
 
 

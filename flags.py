@@ -43,6 +43,10 @@ def _curriculum_and_data_flags(p):
                    help="training tokens of the music-synthetic stage (default: %(default)s)")
     g.add_argument("--procedural-sequences", type=int, default=None,
                    help="training sequences generated for procedural:* stages (default: 20,000)")
+    g.add_argument("--procedural-vocab", type=int, default=None, metavar="V",
+                   help="V of the sequence kinds (identity ... stack) of procedural:* stages: symbols 1..V-1, SEP V "
+                        "(default 100: the authors' yaml for their 12_12_768 models; their algorithmic.py gives "
+                        "the 2_4_16 diagnostic model 21)")
     g.add_argument("--task-train", type=int, default=None, help="training records of task:* stages (default: 40,000)")
     g.add_argument("--task-test", type=int, default=None, help="test records of task:* stages (default: 4,000)")
     g.add_argument("--math-problems", type=int, default=None, help="problems generated for the math stage")
@@ -222,8 +226,8 @@ def check_args(p, args):
             p.error(str(e))
     for flag in ("iters", "epochs", "tokens", "unique_tokens", "batch_size", "grad_accum", "n_layer",
                  "n_head", "n_embd", "block_size", "eval_interval", "eval_iters", "log_interval", "poetry_lines",
-                 "procedural_sequences", "task_train", "task_test", "math_problems", "music_chunks", "patience",
-                 "synthetic_tokens"):
+                 "procedural_sequences", "procedural_vocab", "task_train", "task_test", "math_problems",
+                 "music_chunks", "patience", "synthetic_tokens"):
         v = getattr(args, flag)
         if v is not None and v <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive, got {v:g}")

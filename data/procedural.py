@@ -426,17 +426,20 @@ def drop_seen(rows, seen):
     return ~np.isin(keys(rows), keys(seen))
 
 
-def load_procedural(spec, cache=None, seed=0, block_size=128, procedural_sequences=None, **_):
+def load_procedural(spec, cache=None, seed=0, block_size=128, procedural_sequences=None, procedural_vocab=None, **_):
     """Corpus for the stage `procedural:SPEC`. SPEC is a kind (`dyck`), a mixture (`dyck+stack`),
     a name with '-shuffled' for its control (`dyck-shuffled`, `dyck+stack-shuffled` shuffles
     stack only) or 'shuffled:' before a mixture to shuffle all (`shuffled:dyck+stack`).
     procedural_sequences training rows (default 20,000) from seed (seed, 0); validation rows
     (5%, at least 200) from seed (seed, 1), with any row that also appears in train dropped.
-    Rows are sized by fit_options(block_size). Generation takes well under a second, so the
-    arrays live in memory and nothing is cached (`cache` is unused). train/val are the rows
-    flattened (record after record, info["seq_len"] = S tokens each), masks likewise."""
+    Rows are sized by fit_options(block_size); the sequence kinds' V is procedural_vocab (default
+    DEFAULTS'). Generation takes well under a second, so the arrays live in memory and nothing is
+    cached (`cache` is unused). train/val are the rows flattened (record after record,
+    info["seq_len"] = S tokens each), masks likewise."""
     parts = check_spec(spec)
     opts = fit_options(parts, block_size)
+    if procedural_vocab and "L" in opts:
+        opts["V"] = int(procedural_vocab)
     n_train = int(procedural_sequences or DEFAULT_SEQUENCES)
     n_val = max(200, round(0.05 * n_train))
     train, train_mask, _ = mixture(parts, n_train, (seed, 0), **opts)

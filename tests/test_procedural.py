@@ -355,3 +355,11 @@ def test_loader_corpus(capsys):
     e = P.load_procedural("identity", None, seed=1, block_size=128, procedural_sequences=100)
     assert np.array_equal(d.train, e.train) and not np.array_equal(
         d.train, P.load_procedural("identity", None, seed=2, procedural_sequences=100).train)
+    # --procedural-vocab: the authors' algorithmic.py rows for their 2_4_16 model (V = 21, L = 20): symbols 1..20,
+    # SEP 21, PAD 22; a Dyck row takes no V
+    f = P.load_procedural("set", None, seed=1, block_size=40, procedural_sequences=100, procedural_vocab=21)
+    rows = f.train.reshape(-1, 41)
+    assert f.vocab_size == 23 and f.info["options"] == {"L": 20, "V": 21} and (rows[:, 20] == 21).all()
+    assert set(np.unique(rows[:, :20])) <= set(range(1, 21)) and rows.max() == 22
+    assert "V" not in P.load_procedural("dyck", None, block_size=127, procedural_sequences=50,
+                                        procedural_vocab=21).info["options"]

@@ -272,6 +272,17 @@ def test_the_table_cells_are_planned_each_with_its_baseline(tmp_path):
     for r in pre:
         t = train.parse_args(r.argv + ["--out", str(tmp_path / "x")])
         assert (t.batch_size, t.iters, t.patience, t.min_delta, t.eval_interval) == (64, 20_000, 8, 0.001, 250)
+    # SET and UNION as the authors' algorithmic.py for this model (V = 21, L = 20): a context of 40-41 positions,
+    # shorter than sorting's 64, so full transfer leaves the positions fresh (theirs: a random WPE)
+    from data import procedural_entropy
+    flag = lambda r, f: r.argv[r.argv.index(f) + 1]  # noqa: E731
+    by = {r.meta["condition"]: r for r in pre}
+    assert [(flag(by[k], "--block-size"), flag(by[k], "--procedural-vocab")) for k in ("set", "union")] == [
+        ("40", "21"), ("41", "21")] and "--procedural-vocab" not in by["dyck"].argv
+    assert PA.entropy(a, "set-shuffled", "sorting") == procedural_entropy.entropy("set", True, L=20, V=21)
+    tr = {(r.meta["task"], r.meta["condition"], r.meta["transfer"]): flag(r, "--transfer") for r in warm}
+    assert tr[("sorting", "set", "full")] == tr[("sorting", "union-shuffled", "full")] == "attn,mlp,norm"
+    assert tr[("haystack", "dyck", "full")] == tr[("sorting", "attn-dyck+mlp-set", "full")] == "full"
     merged = [r for r in warm if r.meta["condition"] == "attn-dyck+mlp-set"]
     assert merged and all(r.meta["pre"] == ["pre-dyck-2_4_16-s0", "pre-set-2_4_16-s0"] for r in merged)
     assert a.merges == [("dyck", "set")] and PA.merge_kinds(PA.merge_label(("set", "dyck"))) == ("set", "dyck")
@@ -287,7 +298,6 @@ def test_the_table_cells_are_planned_each_with_its_baseline(tmp_path):
     (["--cells", "haystack:attn-dyck"], "a merge row is attn-KIND+mlp-KIND"),
     (["--cells", "haystack:attn-dyck+mlp-set:attn"], "a merge is trained with full transfer"),
     (["--cells", "haystack:dyck:embed"], "a kind's row with full, attn or mlp"),
-    (["--dyck-length", "64"], "fewer than the 100 of the task model"),
     (["--dyck-length", "129"], "must be even"),
     (["--records", "0"], "must be positive"),
     (["--pretrain-lr", "0"], "must be a positive number, got '0'"),

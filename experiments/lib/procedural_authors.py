@@ -33,6 +33,9 @@ YAML = {k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
 DYCK = dict(rows=64, lr=5e-5, weight_decay=0.01, every=250, patience=8, delta=0.001, cap=20_000, pool=500_000,
             val_rows=1280)
 SMALL_LR = 3e-3          # ours for the d = 16 models (DIFFERENCES)
+# the sequence kinds on the d = 16 model: their algorithmic.py's defaults for it (gpt2_size 2_4_16, :404-406;
+# vocab_size 21, seq_length 20, :425, :433); their yaml's V = 100, L = 64 (configs/set.yaml) are for 12_12_768
+SMALL_SEQ = dict(V=21, L=20)
 DYCK_LENGTH = 128        # their script's for the diagnostic model
 SHUFFLED = "-shuffled"
 
@@ -58,8 +61,7 @@ DIFFERENCES = (
 
 
 def arch(task):
-    t = TASKS[task]
-    return f"{t['n_layer']}_{t['n_head']}_{t['n_embd']}"
+    return "{n_layer}_{n_head}_{n_embd}".format(**TASKS[task])
 
 
 def base_kind(row):
@@ -82,20 +84,26 @@ def pretrain_plan(a, row, task="haystack"):
     kind, small = base_kind(row), TASKS[task]["n_embd"] <= 16
     y = DYCK if ruled(row, task) else YAML[kind]
     steps = a.pretrain_steps or (DYCK["cap"] if ruled(row, task) else y["steps"])
-    block = (a.dyck_length if is_dyck(row) else procedural.seq_len(kind)) - 1
+    block = procedural.seq_len(kind, **data_options(a, row, task)) - 1
     return steps, a.pretrain_rows or y["rows"], a.pretrain_lr or (SMALL_LR if small else y["lr"]), block
 
 
-def entropy(row, block):
+def data_options(a, row, task):
+    """The generator's options of a row's pre-training data for a task's model (else data.procedural.DEFAULTS):
+    Dyck rows of --dyck-length; the sequence kinds at SMALL_SEQ on the d = 16 model."""
+    from data.procedural import SEQ_KINDS
+    small = base_kind(row) in SEQ_KINDS and TASKS[task]["n_embd"] <= 16
+    return {"length": a.dyck_length} if is_dyck(row) else dict(SMALL_SEQ) if small else {}
+
+
+def entropy(a, row, task):
     """The entropy per loss token of a pre-training row's data (data.procedural_entropy: exact, or sampled), or None."""
     from data.procedural_entropy import entropy
-    options = dict(length=block + 1) if is_dyck(row) else {}
-    return entropy(base_kind(row), row.endswith(SHUFFLED), **options)
+    return entropy(base_kind(row), row.endswith(SHUFFLED), **data_options(a, row, task))
 
 
 def model_flags(task):
-    t = TASKS[task]
-    return ["--n-layer", t["n_layer"], "--n-head", t["n_head"], "--n-embd", t["n_embd"]]
+    return [x for k in ("n_layer", "n_head", "n_embd") for x in ("--" + k.replace("_", "-"), TASKS[task][k])]
 
 
 def Run(a, name, argv, meta):
@@ -121,8 +129,9 @@ def pretrain_argv(a, row, task, seed):
     y, rule = (DYCK, True) if ruled(row, task) else (YAML[base_kind(row)], False)
     every = min(DYCK["every"], steps) if rule else steps
     stop = ["--patience", DYCK["patience"], "--min-delta", DYCK["delta"]] if rule and every < steps else []
-    pool = min(steps * n_rows, DYCK["pool"]) if rule else steps * n_rows
+    pool, vocab = min(steps * n_rows, DYCK["pool"]) if rule else steps * n_rows, data_options(a, row, task).get("V")
     return ["--stages", f"procedural:{row}", *model_flags(task), "--block-size", block, "--batch-size", n_rows,
+            *(["--procedural-vocab", vocab] if vocab else []),
             "--iters", steps, "--lr", lr, "--schedule", "constant", "--warmup-iters", 0, "--dropout", 0,
             "--weight-decay", y["weight_decay"], "--beta2", 0.999, "--procedural-sequences", pool,
             "--data-seed", a.data_seed, "--seed", seed, "--eval-interval", every, *stop,
@@ -150,10 +159,12 @@ def task_argv(a, task, seed):
             "--log-interval", max(1, min(100, steps // 10))]
 
 
-def transfer_flags(mode):
+def transfer_flags(mode, short=False):
     """Their transfer modes (downstream/utils.py): everything (= full: all but the embeddings and the head)
-    with every embedding row the pre-trained rows' mean; attn / ffn (= mlp) alone with fresh embeddings."""
-    return ["--transfer", mode, "--embed-init", "mean" if mode == "full" else "random"]
+    with every embedding row the pre-trained rows' mean; attn / ffn (= mlp) alone with fresh embeddings. A
+    pre-trained context shorter than the task's (short) leaves the positions fresh (theirs: utils.py:247-264)."""
+    groups = "attn,mlp,norm" if mode == "full" and short else mode
+    return ["--transfer", groups, "--embed-init", "mean" if mode == "full" else "random"]
 
 
 def merge_label(m):
@@ -201,7 +212,8 @@ def plan(a):
             for r in kinds:
                 pre.setdefault(n := pre_name(r, task, ps), Run(a, n, pretrain_argv(a, r, task, ps), dict(
                     part="pretrain", condition=r, arch=arch(task), seed=ps, steps=pretrain_plan(a, r, task)[0], task=task)))
-            warm.append(Run(a, name, argv + ["--init-from", init, *transfer_flags(mode)],
+            short = pretrain_plan(a, kinds[0], task)[3] < TASKS[task]["context"]  # a merge: positions from kinds[0]
+            warm.append(Run(a, name, argv + ["--init-from", init, *transfer_flags(mode, short)],
                             dict(meta, init=str(init), pre=[pre_name(r, task, ps) for r in kinds])))
     return list(pre.values()), base, warm
 
