@@ -103,7 +103,8 @@ def entropy(a, row, task):
 
 
 def model_flags(task):
-    return [x for k in ("n_layer", "n_head", "n_embd") for x in ("--" + k.replace("_", "-"), TASKS[task][k])]
+    t = TASKS[task]
+    return ["--n-layer", t["n_layer"], "--n-head", t["n_head"], "--n-embd", t["n_embd"]]
 
 
 def Run(a, name, argv, meta):
@@ -129,7 +130,8 @@ def pretrain_argv(a, row, task, seed):
     y, rule = (DYCK, True) if ruled(row, task) else (YAML[base_kind(row)], False)
     every = min(DYCK["every"], steps) if rule else steps
     stop = ["--patience", DYCK["patience"], "--min-delta", DYCK["delta"]] if rule and every < steps else []
-    pool, vocab = min(steps * n_rows, DYCK["pool"]) if rule else steps * n_rows, data_options(a, row, task).get("V")
+    pool = min(steps * n_rows, DYCK["pool"]) if rule else steps * n_rows
+    vocab = data_options(a, row, task).get("V")  # the sequence kinds' V on the d = 16 model
     return ["--stages", f"procedural:{row}", *model_flags(task), "--block-size", block, "--batch-size", n_rows,
             *(["--procedural-vocab", vocab] if vocab else []),
             "--iters", steps, "--lr", lr, "--schedule", "constant", "--warmup-iters", 0, "--dropout", 0,
