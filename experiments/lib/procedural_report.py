@@ -151,8 +151,9 @@ def pretrain_lines(runs):
     for r in (r for r in runs if r["part"] == "pretrain" and not r.get("diverged")):
         groups.setdefault((r.get("condition", r.get("row")), r["steps"], r["tokens"]), []).append(r)
     lines = ["## Pre-training", "", "Final validation loss (nats per loss token), the data's entropy per loss token (the "
-             "lowest loss a model can reach: exact; the SET / UNION controls' from 10,000 sampled rows, +-0.002) and the "
-             "unigram loss (the token counts alone): where a pre-training ended between them is how much it learnt.", "",
+             "lowest loss a model can reach: exact; the SET / UNION controls' from 10,000 sampled rows, standard error "
+             "<= 0.003) and the unigram loss (the token counts alone): where a pre-training ended between them is how "
+             "much it learnt.", "",
              "| condition | steps | tokens seen | val loss | entropy | val loss - entropy | unigram loss | stopped by |",
              "|---|---|---|---|---|---|---|---|"]
     for (cond, steps, tokens), rs in groups.items():
