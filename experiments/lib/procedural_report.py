@@ -183,13 +183,14 @@ def markdown(a, runs, n_planned, entries, check_list, provenance):
 def render(a, runs, n_planned, out, provenance):
     """report.md, report.json and the figures from the run records; returns report.md. Nothing here reads
     the run folders, the clock or the machine."""
-    check_list, notes = checks(runs, records({"runs": runs}))
-    entries = read_all(CLAIMS, records({"runs": runs}), notes)
+    recs = records({"runs": runs})
+    check_list, notes = checks(runs, recs)
+    entries = read_all(CLAIMS, recs, notes)
     text = markdown(a, runs, n_planned, entries, check_list, provenance)
     settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
     common.write_report(out, text, source=SOURCE, regime=regime(a, provenance, runs), figures=FIGURES, verdicts=entries,
                         provenance=provenance, settings=settings, n_planned=n_planned, checks=check_list, runs=runs)
-    plot_all(records({"runs": runs}), out)
+    plot_all(recs, out)
     return text
 
 
