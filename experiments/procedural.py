@@ -12,7 +12,8 @@ The diagnostics as the authors run them (experiments/lib/procedural_authors.py: 
 their code, each difference): stream:NAME tasks (their token layout and loss, fresh records every step, never
 a test record), their model per task (HAYSTACK: 2 layers, 4 heads, d = 16, untied head), AdamW lr 1e-3,
 cosine, their budget of 10,000,000 records seen; a pre-training run per kind on the task's architecture
-(on the d = 16 model until a stopping rule; else their yaml's steps), transferred whole with mean embedding rows (or attention / MLP alone).
+(on the d = 16 model until a stopping rule; else their yaml's steps), transferred whole with mean embedding rows
+(positions fresh where its context is shorter than the task's), or attention / MLP alone.
 The default: HAYSTACK after no pre-training, Dyck and shuffled Dyck, 3 seeds; the accuracy curve every
 500,000 records. `--cells table`: the paper's six claims (TABLE), each cell with its own baseline;
 --cells makes any other (multiplication: their 4-layer d = 512 model at batch 64).
@@ -82,7 +83,7 @@ def parse_args(argv=None):
     vars(a).update({k: v for k, v in preset.items() if getattr(a, k) is None})
     a.cells = pa.parse_cells(TABLE if a.cells == "table" else a.cells)
     pick = lambda f: list(dict.fromkeys(x for c in a.cells for x in f(*c)))  # noqa: E731 (in the cells' order)
-    a.tasks, a.transfers = pick(lambda t, r, m: [t]), pick(lambda t, r, m: [m])
+    a.tasks = pick(lambda t, r, m: [t])
     a.merges = pick(lambda t, r, m: [mg] if (mg := pa.merge_kinds(r)) else [])
     a.kinds = pick(lambda t, r, m: [] if r == "none" or pa.merge_kinds(r) or r.endswith(pa.SHUFFLED) else [r])
     a.kinds += [k for mg in a.merges for k in mg if k not in a.kinds]   # a merge's models are pre-trained too

@@ -124,6 +124,34 @@ def test_a_toy_sweep_records_its_runs_own_numbers(done):
         assert head in md, head
 
 
+def test_a_runs_scores_are_cached_for_its_checkpoint_and_test_set(done):
+    from evaluate import task_scores
+    argv, out, rep = done
+    r = next(r for r in rep["runs"] if r["part"] == "task")
+    folder = out / "runs" / r["name"]
+    first = task_scores(folder, "haystack", 0, 100)
+    assert first["token"] == r["token"] and first["test_records"] == 100
+    (folder / "scores.json").write_text(json.dumps(dict(first, token=-1.0)))   # the cache is what answers
+    assert task_scores(folder, "haystack", 0, 100)["token"] == -1.0
+    fewer = task_scores(folder, "haystack", 0, 50)   # another test set: scored again
+    assert fewer["test_records"] == 50 and fewer["token"] >= 0
+    assert task_scores(folder, "haystack", 0, 100) == first
+
+
+def test_a_merge_is_made_again_when_a_source_model_is_newer(done):
+    import os
+    argv, out, rep = done
+    a = P.parse_args(argv)
+    merge = PA.merge_ckpt(a, ("dyck", "set"), "haystack", 0)
+    source = PA.pre_ckpt(a, "set", "haystack", 0)
+    before = merge.read_bytes()
+    PA.make_merges(a)
+    assert merge.stat().st_mtime >= source.stat().st_mtime and merge.read_bytes() == before   # current: kept
+    os.utime(source, (merge.stat().st_mtime + 10,) * 2)   # the set model trained again
+    PA.make_merges(a)
+    assert merge.stat().st_mtime >= source.stat().st_mtime
+
+
 def test_a_copy_without_run_folders_rebuilds_the_same_report(done, tmp_path):
     argv, out, rep = done
     copy = tmp_path / "copy"
@@ -214,16 +242,19 @@ def test_checks_read_each_model_against_its_entropy_and_each_baseline_against_it
     the ceiling leaves no room for a gain: both are said where a claim rests on them, and only there."""
     from experiments.lib import procedural_report as PR
     pre = [dict(part="pretrain", condition=k, val_loss=v, entropy=e) for k, v, e in (("dyck", 2.0, 1.95),
-                                                                                    ("set", 2.9, 0.0))]
-    task = [dict(part="task", task=t, condition=c, transfer="full", seed=s, token=tok, exact=0.0, val_loss=1.0)
-            for t, c, tok in (("haystack", "none", 0.11), ("haystack", "dyck", 0.07), ("sorting", "none", 1.0),
-                              ("sorting", "set", 0.6)) for s in range(3)]
+                                                                                    ("set", 2.9, 0.0), ("set", 0.05, 0.0))]
+    task = [dict(part="task", task=t, condition=c, transfer="full", seed=s, token=tok, exact=ex, val_loss=1.0)
+            for t, c, tok, ex in (("haystack", "none", 0.11, 0.11), ("haystack", "dyck", 0.07, 0.07),
+                                  ("sorting", "none", 1.0, 0.4), ("sorting", "set", 0.6, 0.0)) for s in range(3)]
     checks, notes = PR.checks(pre + task, PC.records({"runs": pre + task}))
-    assert [(c["holds"], c["detail"]) for c in checks] == [(False, "dyck +0.050, set +2.900"),
+    assert [(c["holds"], c["detail"]) for c in checks] == [(False, "dyck +0.050, set +2.900"),  # a kind's worst model
                                                             (False, "haystack 11.0%, sorting 100.0%")]
     by = {c.claim: notes[c.claim] for c in PC.CLAIMS}
     assert by[PC.CLAIMS[3].claim] == ("pre-training ended over 0.1 nats above its data's entropy: set +2.900; "
-                                      "sorting's baseline at 100.0%: no room for a gain")
+                                      "sorting's baseline at 100.0% token-level (exact answers 40.0%): no room for "
+                                      "a gain on the authors' metric")
+    retrained = dict(pre[0], retrained=dict(val_loss=2.3))  # the model the later runs started from counts too
+    assert PR.checks([retrained], [])[0][0]["detail"] == "dyck +0.350"
     assert by[PC.CLAIMS[0].claim] == "" and by[PC.CLAIMS[2].claim] == ""  # Dyck learnt; haystack has room
     assert PR.checks(pre[:1], [])[0] == [dict(checks[0], holds=True, detail="dyck +0.050"), dict(
         checks[1], holds=None, detail="")]

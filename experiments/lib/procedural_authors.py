@@ -40,11 +40,13 @@ DYCK_LENGTH = 128        # their script's for the diagnostic model
 SHUFFLED = "-shuffled"
 
 DIFFERENCES = (
-    "Pre-training lr 3e-3 for the d = 16 models (--pretrain-lr; theirs 5e-5 in dyck.py, 5e-4 in their yaml, which "
-    "multiplication's d = 512 keeps): at 5e-5 their script runs up to 1,000,000 steps.",
-    "Dyck pre-training stops by a rule on the validation loss (8 evaluations of 250 steps without beating the best by "
-    "0.001 nats, or 20,000 steps), the quantity compared with the data's entropy, and transfers its last checkpoint; theirs keeps the "
-    "checkpoint of best validation accuracy. One pre-trained model per kind (seed 0) serves every diagnostic seed.",
+    "Pre-training lr 3e-3 for the d = 16 models (--pretrain-lr; theirs 5e-5 in dyck.py and algorithmic.py, 5e-4 in "
+    "their yaml, which multiplication's d = 512 keeps): at 5e-5 dyck.py runs up to 1,000,000 steps. Constant, no "
+    "warm-up, as dyck.py; algorithmic.py warms up 1,000 steps, then cosine to 0 at 20,000.",
+    "Pre-training on the d = 16 model stops by a rule on the validation loss (8 evaluations of 250 steps without "
+    "beating the best by 0.001 nats, or 20,000 steps), the quantity compared with the data's entropy, and transfers "
+    "its last checkpoint; theirs keeps the checkpoint of best validation accuracy (algorithmic.py: stopping after 50 "
+    "checks of 10 steps without a better one). One pre-trained model per kind (seed 0) serves every diagnostic seed.",
     "No dropout in pre-training (theirs 0.1): with dropout PyTorch's CPU attention leaves its fused kernel "
     "(6.6x slower at 128 tokens).",
     "AdamW decays only the matrices of attention, MLP and an untied head; theirs every weight but biases and norms "
@@ -249,14 +251,16 @@ def kept_pretrained(a, pre, keep=True):
 
 def make_merges(a):
     """Attention, norms and positions from the first kind's model, MLP from the second's
-    (transfer.merge_checkpoints), one per task architecture and pre-training seed."""
+    (transfer.merge_checkpoints), one per task architecture and pre-training seed; made again when a source
+    model is newer (trained again)."""
     import transfer
     from checkpoint import save_checkpoint
     for seed in range(min(a.seeds, a.pretrain_seeds)):
         for m in a.merges:
             for task in a.tasks:
                 path, sources = merge_ckpt(a, m, task, seed), [pre_ckpt(a, k, task, seed) for k in m]
-                if not path.exists() and all(Path(p).exists() for p in sources):
+                if all(Path(p).exists() for p in sources) and not (path.exists() and path.stat().st_mtime >= max(
+                        Path(p).stat().st_mtime for p in sources)):
                     path.parent.mkdir(parents=True, exist_ok=True)
                     save_checkpoint(path, transfer.merge_checkpoints({"attn": sources[0], "mlp": sources[1]}))
 
