@@ -12,7 +12,8 @@ dicts, one per run (or per derived quantity: a fit's error by cell, a run's grow
 The rule, the same everywhere:
 - two arms that share seeds (the same initial weights and batches: the same values of the claim's
   `pair_by` fields in both arms) are read by the paired t-test over the keys they share
-  (scipy.stats.ttest_rel); arms that share no keys by Welch's t-test (ttest_ind, equal_var=False);
+  (scipy.stats.ttest_rel); arms that share fewer than 2 keys, or hold a key twice, by Welch's t-test
+  (ttest_ind, equal_var=False);
 - a trend (Claim.slope: a field of the records) by the slope's own test (scipy.stats.linregress)
   of the treat arm's advantage (paired differences) or, without a base arm, of the metric;
 - a difference is an effect only at p < ALPHA with at least MIN_N runs (pairs) a side, a slope
