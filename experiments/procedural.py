@@ -15,8 +15,9 @@ cosine, their budget of 10,000,000 records seen; a pre-training run per kind on 
 (on the d = 16 model until a stopping rule; else their yaml's steps), transferred whole with mean embedding rows
 (positions fresh where its context is shorter than the task's), or attention / MLP alone.
 The default: HAYSTACK after no pre-training, Dyck and shuffled Dyck, 3 seeds; the accuracy curve every
-500,000 records. `--cells table`: the paper's six claims (TABLE), each cell with its own baseline;
---cells makes any other (multiplication: their 4-layer d = 512 model at batch 64).
+500,000 records. `--cells table`: the paper's six claims (TABLE), each cell with its own baseline (the
+report in experiments/results/procedural); --cells makes any other (multiplication: their 4-layer d = 512
+model at batch 64).
 
 Runs live in OUT/runs/<name>/ (a finished run is skipped, an interrupted one resumed): pre-training and the
 baselines, the merges, the rest seed by seed; OUT/pretrained/ keeps the pre-trained models for --reuse. Claims
