@@ -7,7 +7,7 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py --quick           # a smoke version in minutes: every condition at d16, 2 seeds
     python experiments/ladder.py --preset subset   # 4 conditions at d 16/32/64 on the first 65,536 prose tokens
     python experiments/ladder.py --preset headline # train.py's headline command as typed (HEADLINE_ARMS), 3 seeds
-    python experiments/ladder.py --preset proportions  # the paper's proportions (~5% pre-training), 5 seeds
+    python experiments/ladder.py --preset proportions  # a small pre-training share (~15% of the prose), 5 seeds
     python experiments/ladder.py --preset full     # every condition, d 16/32/64, 5 seeds
     python experiments/ladder.py --preset paper --plan  # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
@@ -75,10 +75,10 @@ PRESETS = {"contributions": dict(conditions=",".join(c for c in CONDITIONS if c 
                                   poetry_steps=600, music_chunks=1346, long_epochs=10, patience=1),
            "subset": dict(conditions="random,music,ladder,compute-matched", widths="16,32,64", seeds=3),
            "headline": dict(seeds=3),  # train.py's headline command as typed, at its defaults, seed 1337 + k
-           # the paper's proportions: pre-training ~5% of the prose tokens seen
+           # pre-training ~15% of the prose seen (at the paper's ~5% music and poetry end above their unigram at d16)
            "proportions": dict(conditions="random,music,ladder,compute-matched,long-random,long-ladder", widths="16",
-                               seeds=5, batch_size=16, prose_tokens=0, prose_epochs=5, music_steps=60, poetry_steps=60,
-                               music_chunks=160, long_width=16, long_epochs=40, patience=2, min_delta=0.005,
+                               seeds=5, batch_size=16, prose_tokens=0, prose_epochs=5, music_steps=120, poetry_steps=240,
+                               music_chunks=320, long_width=16, long_epochs=40, patience=2, min_delta=0.005,
                                long_schedule="constant")}
 PRESETS["full"] = dict(PRESETS["contributions"], conditions="all", widths="16,32,64", seeds=5)
 PRESETS["paper"] = dict(PRESETS["full"], prose="wikitext103", prose_tokens=0, batch_size=32, music_dir="maestro",
