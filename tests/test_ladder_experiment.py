@@ -348,7 +348,8 @@ def test_headline_preset_runs_train_py_as_typed_and_reports_from_the_runs(tmp_pa
 
 def test_the_proportions_preset_pretrains_a_small_share_and_stops_the_long_pair_by_its_rule(tmp_path):
     """--preset proportions: all the prose for 5 epochs, music + poetry ~15% of the prose tokens (the paper: a few
-    percent; the least at which both beat their unigram at d16), the compute-matched control as many more prose steps; the long pair with --min-delta."""
+    percent; the least at which both beat their unigram at d16), the compute-matched control as many more prose
+    steps; the long pair with --min-delta."""
     a = ladder.parse_args(["--preset", "proportions", "--plan", "--out", str(tmp_path)])
     runs, spe = ladder.plan(a), ladder.steps_per_epoch(a)[0]
     assert a.prose_tokens == 0 and a.prose_epochs == 5 and a.seeds == 5 and a.widths == [16]
