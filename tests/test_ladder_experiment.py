@@ -16,7 +16,8 @@ from experiments import ladder
 from experiments.lib import ladder_claims, ladder_headline_claims, ladder_report
 from experiments.lib.claims import VERDICTS, fmt_p, read_all
 
-RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
 RUN_KEYS = {"condition": str, "width": int, "seed": int, "ppl_first_epoch": float, "ppl_final": float,
             "ppl_best": float, "stopped_early": bool, "steps": int, "tokens": int, "seconds": float}
 # every contribution's conditions at d16 with >= 3 seeds, the long pair at d64
@@ -283,10 +284,11 @@ def test_curves_draw_volume_large_where_music_has_no_runs():
     assert ladder_report.curve_conditions(conds, details, 64) == ["long-random"]
 
 
-@pytest.mark.parametrize("name", ["ladder", "ladder-subset", "ladder-headline"])
+@pytest.mark.parametrize("name", ["ladder", "ladder-subset", "ladder-headline", "ladder-proportions"])
 def test_committed_report_rebuilds_byte_identical(name, tmp_path):
-    """The committed report (the default's, the subset preset's archive, the headline preset's), rebuilt from its
-    report.json alone (no run folders), comes out byte for byte as committed; the default's has every contribution."""
+    """The committed report (the default's, the subset preset's archive, the headline and proportions presets'),
+    rebuilt from its report.json alone (no run folders), comes out byte for byte as committed; the default's has
+    every contribution."""
     out = tmp_path / name
     shutil.copytree(RESULTS / name, out)
     ladder.main(["--report-only", "--out", str(out)])
@@ -305,6 +307,25 @@ def test_committed_report_rebuilds_byte_identical(name, tmp_path):
     if name == "ladder":
         assert all(len(seeds(c, 16)) >= 3 for c in MUST_HOLD_D16) and len(seeds("long-ladder", 64)) == 3
         assert [ln.split(" | ")[0] for ln in rep["front_table"]["lines"][2:]] == [f"| {n}" for n in range(1, 7)]
+
+
+def test_the_proportions_report_reads_the_end_after_five_epochs_and_the_plateau_by_its_rule():
+    """experiments/results/ladder-proportions (--preset proportions): pre-training a small share of the prose
+    tokens (pretrain_share beside the paper's), n >= 5 per headline condition at d16, every long-pair run stopped
+    by its rule (stop_reason) and the report's check says so; RESULTS.md and the README give contributions 1, 3
+    and 6 at these proportions beside the fixed-budget reading (every p: test_committed_reports)."""
+    rep = json.loads((RESULTS / "ladder-proportions" / "report.json").read_text())
+    assert 0.01 < rep["pretrain_share"]["ours"] < 0.2 and rep["pretrain_share"]["paper"]
+    seeds = lambda c: {r["seed"] for r in rep["runs"] if r["condition"] == c and r["width"] == 16}  # noqa: E731
+    assert all(len(seeds(c)) >= 5 for c in ("random", "music", "ladder", "compute-matched"))
+    long = [r for r in rep["runs"] if r["condition"].startswith("long-")]
+    assert len(long) >= 10 and all(r["stop_reason"].startswith("stopping rule") for r in long)
+    assert next(c for c in rep["checks"] if "plateau" in c["check"])["holds"] is True
+    rows = rep["front_table"]["lines"][2:]
+    assert [ln.split(" | ")[0] for ln in rows] == ["| 1", "| 3", "| 6"]
+    for page in ("README.md", "RESULTS.md"):
+        text = (ROOT / page).read_text()
+        assert all(ln in text for ln in rows) and "experiments/results/ladder-proportions/report.md" in text
 
 
 def test_headline_preset_runs_train_py_as_typed_and_reports_from_the_runs(tmp_path):
