@@ -20,8 +20,10 @@ def _curriculum_and_data_flags(p):
                    help="comma-separated stage names, run in order (default: %(default)s)")
     g.add_argument("--baseline", action="store_true",
                    help="after the curriculum, also train its last stage alone from random init with the same "
-                        "flags, budget and seed (in OUT/baseline) and print the change of perplexity the "
-                        "curriculum bought (also in OUT/summary.json)")
+                        "flags, budget and seed (in OUT/baseline); without --prores where it is on (OUT/baseline-"
+                        "plain); and for as many steps as the whole curriculum (compute-matched, without --prores: "
+                        "OUT/baseline-matched). Prints each one's perplexity, steps and tokens beside the "
+                        "curriculum's (also in OUT/summary.json): read a gain against the compute-matched one")
     g.add_argument("--prose", default="wiki-leads", choices=data.PROSE_CHOICES,
                    help="which corpus the stage name 'prose' means (default: %(default)s, offline)")
     g.add_argument("--poetry-file", default=None,

@@ -78,18 +78,43 @@ def test_stage_scope_still_ramps_every_stage_from_zero(cache, two_texts, tmp_pat
 def test_baseline_trains_the_last_stage_alone_and_records_the_change(cache, two_texts, tmp_path, capsys):
     a, b = two_texts
     s = run(tmp_path / "cur", "--stages", f"text:{a},text:{b}", "--baseline")
-    alone = run(tmp_path / "alone", "--stages", f"text:{b}")  # what --baseline stands for: this very command
+    alone = run(tmp_path / "alone", "--stages", f"text:{b}")  # what the same-budget arm stands for: this very command
     base = json.loads((tmp_path / "cur" / "baseline" / "summary.json").read_text())
     assert base["stages"][0]["val_ppl"] == alone["stages"][0]["val_ppl"]
     rec = json.loads((tmp_path / "cur" / "summary.json").read_text())["baseline"]
-    assert rec == s["baseline"] and rec["folder"] == "baseline" and rec["stage"] == f"text:{b}"
-    assert rec["val_ppl"] == alone["stages"][0]["val_ppl"] and rec["curriculum_val_ppl"] == s["stages"][1]["val_ppl"]
-    assert rec["change"] == pytest.approx(rec["curriculum_val_ppl"] / rec["val_ppl"] - 1)
-    line = [l for l in capsys.readouterr().out.splitlines() if l.startswith(f"text:{b} val ppl: curriculum")]
-    assert line == [f"text:{b} val ppl: curriculum {rec['curriculum_val_ppl']:.1f} vs random init "
-                    f"{rec['val_ppl']:.1f} ({100 * rec['change']:+.1f}%)"]
+    assert rec == s["baseline"] and rec["stage"] == f"text:{b}"
+    assert rec["curriculum"] == {"val_ppl": s["stages"][1]["val_ppl"], "steps": 16, "tokens": 16 * 4 * 16}
+    same, matched = rec["arms"]  # no --prores: no plain arm
+    assert same["arm"] == "same budget" and same["folder"] == "baseline" and same["steps"] == 8
+    assert same["val_ppl"] == alone["stages"][0]["val_ppl"] and same["tokens"] == 8 * 4 * 16
+    assert same["change"] == pytest.approx(rec["curriculum"]["val_ppl"] / same["val_ppl"] - 1)
+    assert matched["arm"] == "compute-matched" and matched["folder"] == "baseline-matched"
+    out = capsys.readouterr().out
+    assert f"text:{b} alone, same budget (every flag)" in out and f"text:{b} alone, compute-matched" in out
+    assert f"{100 * same['change']:+.1f}%" in out and "compute-matched: text:" in out
     again = run(tmp_path / "cur", "--stages", f"text:{a},text:{b}", "--baseline", "--resume")  # finished: resumes
     assert again["baseline"] == rec
+
+
+def test_the_compute_matched_arm_trains_exactly_the_curriculums_steps(cache, two_texts, tmp_path, capsys):
+    """Three stages of unequal budgets (--epochs at 8 steps at most; a --patience stop counts its real steps): the
+    compute-matched arm is the last stage alone for their sum, --epochs dropped, with the same --unique-tokens;
+    with --prores the plain arm and the compute-matched arm drop it, the same-budget arm keeps it."""
+    a, b = two_texts
+    s = run(tmp_path / "cur", "--stages", f"text:{a},text:{b},text:{b}", "--epochs", "0.5", "--unique-tokens", "200",
+            "--prores", "--baseline")
+    steps = [t["iters"] for t in s["stages"]]
+    arms = {x["arm"]: x for x in s["baseline"]["arms"]}
+    assert list(arms) == ["same budget", "plain", "compute-matched"]
+    m = json.loads((tmp_path / "cur" / "baseline-matched" / "summary.json").read_text())
+    assert arms["compute-matched"]["steps"] == m["stages"][0]["iters"] == sum(steps) == s["baseline"]["curriculum"]["steps"]
+    assert m["args"]["epochs"] is None and m["args"]["iters"] == sum(steps) and m["args"]["unique_tokens"] == 200
+    assert arms["compute-matched"]["tokens"] == sum(steps) * 4 * 16 == s["baseline"]["curriculum"]["tokens"]
+    kept = {f: json.loads((tmp_path / "cur" / f / "summary.json").read_text())["args"]["prores"]
+            for f in ("baseline", "baseline-plain", "baseline-matched")}
+    assert kept == {"baseline": True, "baseline-plain": False, "baseline-matched": False}
+    assert arms["plain"]["steps"] == arms["same budget"]["steps"] == steps[-1]
+    assert "every flag but --prores, --iters " + str(sum(steps)) in capsys.readouterr().out
 
 
 def test_baseline_of_a_single_stage_from_scratch_is_refused(capsys):
@@ -145,4 +170,4 @@ def test_ctrl_c_in_the_baseline_names_its_checkpoint_and_resume_finishes_it(cach
     assert e.value.code == 130 and f"saved {out / 'baseline' / 'ckpt.pt'}" in err and "--resume" in err, err
     monkeypatch.undo()
     s = train.run(parse_args(argv + ["--resume"]))
-    assert s["baseline"]["val_ppl"] == run(tmp_path / "alone", "--stages", f"text:{b}")["stages"][0]["val_ppl"]
+    assert s["baseline"]["arms"][0]["val_ppl"] == run(tmp_path / "alone", "--stages", f"text:{b}")["stages"][0]["val_ppl"]
