@@ -89,6 +89,8 @@ def test_baseline_trains_the_last_stage_alone_and_records_the_change(cache, two_
     assert same["val_ppl"] == alone["stages"][0]["val_ppl"] and same["tokens"] == 8 * 4 * 16
     assert same["change"] == pytest.approx(rec["curriculum"]["val_ppl"] / same["val_ppl"] - 1)
     assert matched["arm"] == "compute-matched" and matched["folder"] == "baseline-matched"
+    typed = run(tmp_path / "typed", "--stages", f"text:{b}", "--iters", "16")  # what a user types for the control
+    assert matched["val_ppl"] == typed["stages"][0]["val_ppl"] and matched["steps"] == 16
     out = capsys.readouterr().out
     assert f"text:{b} alone, same budget (every flag)" in out and f"text:{b} alone, compute-matched" in out
     assert f"{100 * same['change']:+.1f}%" in out and "compute-matched: text:" in out
