@@ -6,19 +6,19 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py                   # the default (--preset contributions): the six contributions
     python experiments/ladder.py --quick           # a smoke version in minutes: every condition at d16, 2 seeds
     python experiments/ladder.py --preset subset   # 4 conditions at d 16/32/64 on the first 65,536 prose tokens
-    python experiments/ladder.py --preset headline # train.py's headline command as typed (HEADLINE_ARMS), 3 seeds
+    python experiments/ladder.py --preset headline # train.py's headline command as typed (HEADLINE_ARMS), 5 seeds
     python experiments/ladder.py --preset proportions  # a small pre-training share (~15% of the prose), 5 seeds
+    python experiments/ladder.py --preset scarcity # prose scarce: the ladder vs prose repeated (lib/ladder_scarcity.py)
     python experiments/ladder.py --preset full     # every condition, d 16/32/64, 5 seeds
     python experiments/ladder.py --preset paper --plan  # the paper's scale for a GPU (WikiText-103, MAESTRO 12k/36k)
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
 
-Every pre-training stage is a train.py run, once per (width, seed), and every prose stage a run that starts from it
-(--init-from; one music run of 3N chunks serves music, volume-large, the ablations and the ladder's poetry), in waves
-through common.run_sweep (finished runs skipped). Every prose run is stage 0 of its own run, so at one seed every
-condition sees the same prose batches, evaluated after each prose epoch. Budgets (PRESETS): prose = the first
---prose-tokens training tokens for --prose-epochs epochs; music on N (volume-small) or 3N --music-chunks (the paper's
-12k : 36k); compute-matched = prose only for as many steps as the whole ladder; the long pair until --patience epochs
-bring no new best (at most --long-epochs), its ppl_final the best."""
+Each pre-training stage is a train.py run once per (width, seed), each prose stage a run from it (--init-from; one
+music run of 3N chunks serves music, volume-large, the ablations and the ladder's poetry), in waves (common.run_sweep,
+finished runs skipped); a prose run is stage 0 of its own run (at one seed every condition sees the same batches),
+evaluated each epoch. Budgets (PRESETS): prose = the first --prose-tokens for --prose-epochs epochs; music on N or 3N
+--music-chunks (the paper's 12k : 36k); compute-matched = prose for the whole ladder's steps; the long pair until
+--patience epochs bring no new best (at most --long-epochs), its ppl_final the best."""
 
 import math
 import os
@@ -34,7 +34,8 @@ from flags import ArgumentParser, parse_args as train_flags  # noqa: E402 (one-l
 
 from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
-from experiments.lib import common, ladder_music, ladder_report  # noqa: E402
+from experiments.lib import common, ladder_music, ladder_report, ladder_scarcity  # noqa: E402
+from experiments.lib.ladder_headline_claims import HEADLINE_ARMS, HEADLINE_SEEDS  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
 from experiments.lib.common import Run, run_sweep  # noqa: E402
 
@@ -74,18 +75,19 @@ PRESETS = {"contributions": dict(conditions=",".join(c for c in CONDITIONS if c 
                                   batch_size=16, prose_tokens=655360, prose_epochs=2, music_steps=600,
                                   poetry_steps=600, music_chunks=1346, long_epochs=10, patience=1),
            "subset": dict(conditions="random,music,ladder,compute-matched", widths="16,32,64", seeds=3),
-           "headline": dict(seeds=3),  # train.py's headline command as typed, at its defaults, seed 1337 + k
+           "headline": dict(seeds=5),  # train.py's headline command as typed, at its defaults, seed 1337 + k
            # pre-training ~15% of the prose seen (at the paper's ~5% music and poetry end above their unigram at d16)
            "proportions": dict(conditions="random,music,ladder,compute-matched,long-random,long-ladder", widths="16",
                                seeds=5, batch_size=16, prose_tokens=0, prose_epochs=5, music_steps=120, poetry_steps=240,
                                music_chunks=320, long_width=16, long_epochs=40, patience=2, min_delta=0.005,
-                               long_schedule="constant")}
+                               long_schedule="constant"),
+           "scarcity": dict(conditions="random,ladder,compute-matched", widths="16,64", seeds=3, batch_size=16,
+                            prose_tokens=0, music_steps=400, poetry_steps=400, music_chunks=1340, prose_steps=400,
+                            scan_tokens="61440,245760,0", eval_every=50, eval_iters=10)}
 PRESETS["full"] = dict(PRESETS["contributions"], conditions="all", widths="16,32,64", seeds=5)
 PRESETS["paper"] = dict(PRESETS["full"], prose="wikitext103", prose_tokens=0, batch_size=32, music_dir="maestro",
                         music_chunks=12000, music_steps=2250, poetry_steps=5000, prose_epochs=5, eval_iters=200,
                         pre_eval_iters=50, long_epochs=30, patience=3)  # the paper's scale, for a GPU
-HEADLINE_ARMS = {"prose-only": "prose", "curriculum": "music,poetry,prose", "curriculum+prores": "music,poetry,prose "
-                 "--prores", "curriculum+prores-stage": "music,poetry,prose --prores --prores-scope stage"}  # --stages
 QUICK = dict(conditions="all", widths="16", capacity_widths="32", seeds=2, headline_seeds=0, batch_size=4,
              block_size=64, prose_tokens=2048, prose_epochs=2, music_steps=16, poetry_steps=8, music_chunks=200,
              eval_iters=4, pre_eval_iters=2, warmup_iters=4, long_width=16, long_epochs=6, patience=1)
@@ -112,7 +114,9 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
     ("music-dir", str, "train.py --music-dir (default: the offline music21 corpus)"), ("data-seed", int, "", 0),
     ("prose-stage", str, "stage names (text:PATH: a folder)", "prose"), ("poetry-stage", str, "", "poetry"),
     ("music-stage", str, "", "music"), ("synthetic-stage", str, "", "music-synthetic"),
-    ("synthetic-tokens", int, "", 600_000), ("device", str, "", "auto")]
+    ("synthetic-tokens", int, "", 600_000), ("device", str, "", "auto"), ("scan-tokens", str, "--preset scarcity: "
+     "U, e.g. 61440,245760,0 (0: all)"), ("prose-steps", POS, "prose steps at every U"), ("eval-every", POS,
+     "steps between two prose evaluations (--preset scarcity)")]
 
 
 def parse_args(argv=None):
@@ -146,7 +150,7 @@ def parse_args(argv=None):
     if a.headline_seeds < 0 or a.prose_tokens < 0 or min(a.widths + a.capacity_widths) <= 0 or any(
             w % a.n_head for w in a.widths + a.capacity_widths + [a.long_width]):
         p.error(f"--headline-seeds and --prose-tokens must be >= 0, widths positive multiples of --n-head {a.n_head}")
-    a._reused = ladder_report.reused(a)
+    a._reused = (ladder_scarcity.reused if a.preset == "scarcity" else ladder_report.reused)(a)
     return a
 
 
@@ -236,11 +240,14 @@ def chain(a, condition, width, seed):
 
 def plan(a):
     """{name: Run} of every run needed, each with meta["wave"] (1 + its dependency's) and meta["cpu_s"]."""
-    if a.preset == "headline":  # cpu_s: 1-thread seconds measured per text stage (music's are few)
+    if a.preset == "headline":  # cpu_s: 1-thread seconds measured per 400 prose steps, 125 more a stage before it
         return {f"{c}-s{s}": Run(f"{c}-s{s}", a.out / "runs" / f"{c}-s{s}", f"--stages {v} --seed {1337+s}".split(),
                                  dict(condition=c, seed=1337 + s, wave=1, deps=[], kind="text", stage=v.split()[0],
-                                      steps=a.budget["iters"] * (1 + v.count(",")), cpu_s=200 + 125 * v.count(",")))
-                for c, v in HEADLINE_ARMS.items() for s in range(a.seeds)}
+                                      steps=it * (1 + v.count(",")), cpu_s=it / 2 + 125 * v.count(",")))
+                for c, v in HEADLINE_ARMS.items() for s in range(min(a.seeds, HEADLINE_SEEDS.get(c, a.seeds)))
+                for it in [int(train_flags(f"--stages {v}".split()).iters)]}
+    if a.preset == "scarcity":
+        return ladder_scarcity.plan(a, make_run, pre_run, cpu_seconds)
     runs = {}
     for c, w, s in cells(a):  # a reused result's prose run is not run again
         for r in chain(a, c, w, s)[:-1 if (c, w, s) in a._reused else None]:
@@ -272,8 +279,9 @@ def long_pair_cost(a, width=64, seeds=3):
 
 def print_plan(a, runs):
     jobs = max(1, min(a.jobs, os.cpu_count() or 1))
-    if a.preset == "headline":
-        print(f"ladder plan (--preset headline): train.py --stages {' | '.join(a.conditions.values())} at {a.budget}")
+    if a.preset in ("headline", "scarcity"):
+        print(f"ladder plan (--preset {a.preset}): " + (f"train.py --stages {' | '.join(a.conditions.values())} at "
+              f"{a.budget}" if a.preset == "headline" else f"U = {ladder_scarcity.scan(a)}, widths {a.widths}"))
     else:
         spe, unique = steps_per_epoch(a)
         print(f"ladder plan: {', '.join(a.conditions)}; widths {a.widths}; seeds 0..{a.seeds - 1}; out {a.out}\nprose: "
@@ -300,7 +308,8 @@ def run_waves(a, runs):
     """Train every wave in turn (a run whose pre-training diverged is skipped: the report lists it)."""
     trained, waves = 0, sorted({r.meta["wave"] for r in runs.values()})
     for wave in waves:
-        rs = sorted((r for r in runs.values() if r.meta["wave"] == wave), key=lambda r: -r.meta["cpu_s"])
+        rs = sorted((r for r in runs.values() if r.meta["wave"] == wave), key=lambda r: (r.meta.get("order", 0),
+                                                                                        -r.meta["cpu_s"]))
         ok = [r for r in rs if not any((a.out / "runs" / d / "diverged.json").exists() for d in r.meta["deps"])]
         print(f"\n== wave {wave}/{len(waves)}: {len(ok)} runs ({len(rs) - len(ok)} skipped: pre-training diverged)")
         trained += len(run_sweep(ok, jobs=a.jobs, threads=a.threads))
@@ -363,17 +372,6 @@ def collect(a, runs):
             "prose_unigram_ppl": uni.pop() if len(uni) == 1 else None}, details
 
 
-def headline_records(a, runs):
-    """--preset headline: (records: a finished run's last-stage (prose) perplexity, missing: the other runs); the
-    headline command's losses at seed 1337 (train.py's loss.png) as OUT/headline.png."""
-    done, head = [(r.meta, common.read_summary(r.folder)) for r in runs.values()], runs["curriculum+prores-s0"].folder
-    if (head / "metrics.jsonl").exists():
-        common.train.plot_losses(head), (a.out / "headline.png").write_bytes((head / "loss.png").read_bytes())
-    return ([{"condition": m["condition"], "seed": m["seed"], "ppl_final": s["stages"][-1]["val_ppl"], "stage_ppl":
-              [t["val_ppl"] for t in s["stages"]], "seconds": round(s["seconds"], 1)} for m, s in done if s],
-            [[m["condition"], m["seed"], "not run or diverged"] for m, s in done if not s])
-
-
 def main(argv=None):
     a, t0 = parse_args(argv), time.time()
     if a.plan:
@@ -391,8 +389,10 @@ def main(argv=None):
             print_plan(a, runs)
             ladder_music.check_music_chunks(a, runs)
         provenance = kept_provenance(a.out) if a.report_only else prov.finish(runs_trained=run_waves(a, runs))
-        text = (ladder_report.render_headline(a, *headline_records(a, runs), a.out, provenance)
-                if a.preset == "headline" else ladder_report.render(a, *collect(a, runs), a.out, provenance))
+        text = (ladder_report.render_headline(a, *ladder_report.headline_records(a, runs), a.out, provenance)
+                if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out,
+                                                                      provenance) if a.preset == "scarcity" else
+                ladder_report.render(a, *collect(a, runs), a.out, provenance))
     print("\n" + text + f"\nwrote {a.out / 'report.md'}, report.json, details.json, the PNGs ({time.time() - t0:.0f} s)")
 
 

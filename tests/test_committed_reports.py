@@ -67,13 +67,14 @@ def expected_cells(cl, records):
     out = []
     for t, b in zip(treats, bases):
         T, B = matching(records, t), matching(records, b)
-        values = [None] if cl.cells is None else sorted({r.get(cl.cells) for r in T} & {r.get(cl.cells) for r in B},
+        at = lambda r: tuple(r.get(k) for k in cl.cells) if isinstance(cl.cells, tuple) else r.get(cl.cells)  # noqa
+        values = [None] if cl.cells is None else sorted({at(r) for r in T} & {at(r) for r in B},
                                                         key=lambda v: (isinstance(v, str), v))
         for v in values:
             if cl.only is not None and v not in cl.only:
                 continue
-            ts = [r for r in T if cl.cells is None or r.get(cl.cells) == v]
-            bs = [r for r in B if cl.cells is None or r.get(cl.cells) == v]
+            ts = [r for r in T if cl.cells is None or at(r) == v]
+            bs = [r for r in B if cl.cells is None or at(r) == v]
             if not ts or not bs:
                 continue
             tk = {tuple(r.get(k) for k in cl.pair_by): r.get(cl.metric) for r in ts}

@@ -329,20 +329,24 @@ def test_the_proportions_report_reads_the_end_after_five_epochs_and_the_plateau_
 
 
 def test_headline_preset_runs_train_py_as_typed_and_reports_from_the_runs(tmp_path):
-    """--preset headline: each arm is train.py's command as a user types it (its defaults, seed 1337 + k); the report
-    reads each run's last-stage perplexity, and rebuilds byte for byte from report.json alone."""
+    """--preset headline: each arm is train.py's command as a user types it (its defaults, seed 1337 + k: 5 seeds, 3
+    for the two arms that only read ProRes' scope); the compute-matched arm is prose alone for the curriculum's
+    steps; the report reads each run's last-stage perplexity, and rebuilds byte for byte from report.json alone."""
     out = tmp_path / "h"
     a = ladder.parse_args(["--preset", "headline", "--out", str(out)])
     runs = ladder.plan(a)
-    assert len(runs) == 12 and list(a.conditions) == list(ladder.HEADLINE_ARMS)
+    assert len(runs) == 4 * 5 + 2 * 3 and list(a.conditions) == list(ladder.HEADLINE_ARMS)
     assert a.budget["iters"] == train.parse_args([]).iters
+    matched = train.parse_args(runs["compute-matched-s0"].argv)
+    assert matched.iters == 3 * a.budget["iters"] == runs["curriculum+prores-s0"].meta["steps"] and not matched.prores
     for r in runs.values():
         args = train.parse_args(r.argv)
         assert r.argv == ["--stages", *ladder.HEADLINE_ARMS[r.meta["condition"]].split(), "--seed", str(args.seed)]
-        assert args.seed in (1337, 1338, 1339) and args.prores == ("prores" in r.meta["condition"])
+        assert 1337 <= args.seed < 1337 + 5 and args.prores == ("prores" in r.meta["condition"])
         assert args.prores_scope == ("stage" if r.meta["condition"].endswith("stage") else "fresh")
-    ppl = {"prose-only": (900, 911, 942), "curriculum": (700, 705, 730), "curriculum+prores": (690, 700, 728),
-           "curriculum+prores-stage": (800, 790, 850)}
+    ppl = {"prose-only": (900, 911, 942, 905, 930), "prose-only+prores": (1100, 1130, 1190, 1120, 1150),
+           "compute-matched": (600, 590, 640, 610, 620), "curriculum": (700, 705, 730),
+           "curriculum+prores": (690, 700, 728, 712, 700), "curriculum+prores-stage": (800, 790, 850)}
     for r in runs.values():  # finished runs, made up: the report follows from their summaries
         r.folder.mkdir(parents=True)
         stages = [{"val_ppl": v} for v in (30.0, 500.0)[:r.argv[1].count(",")]]
@@ -352,12 +356,16 @@ def test_headline_preset_runs_train_py_as_typed_and_reports_from_the_runs(tmp_pa
     rep = json.loads((out / "report.json").read_text())
     assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in ladder_headline_claims.CLAIMS]
     x, y = [r["ppl_final"] for r in rep["runs"] if r["condition"] == "curriculum"], [
-        r["ppl_final"] for r in rep["runs"] if r["condition"] == "prose-only"]
+        r["ppl_final"] for r in rep["runs"] if r["condition"] == "prose-only" and r["seed"] < 1340]  # shared seeds
     assert rep["verdicts"][0]["cells"][0]["p"] == pytest.approx(stats.ttest_rel(x, y).pvalue, rel=1e-9)
-    assert [v["verdict"] for v in rep["verdicts"]] == ["reproduces", "reproduces", "no clear difference", "reproduces"]
+    assert [v["verdict"] for v in rep["verdicts"]] == ["reproduces", "reproduces", "opposite", "no clear difference",
+                                                       "opposite", "reproduces"]
     lines = rep["front_table"]["lines"]
-    assert lines[2] == "| prose-only | `prose` | 917.7 ± 21.8 | 900.0 / 911.0 / 942.0 | +0.0% | 1.0 |"
-    assert lines[3] == "| curriculum | `music,poetry,prose` | 711.7 ± 16.1 | 700.0 / 705.0 / 730.0 | -22.4% | 3.0 |"
+    assert lines[2] == "| prose-only | `prose` | 917.6 ± 17.8 | 900.0 / 911.0 / 942.0 / 905.0 / 930.0 | +0.0% | 1.0 |"
+    assert lines[4] == ("| compute-matched | `prose --iters 1200` | 612.0 ± 19.2 | 600.0 / 590.0 / 640.0 / 610.0 / "
+                        "620.0 | -33.3% | 1.0 |")
+    assert lines[5] == "| curriculum | `music,poetry,prose` | 711.7 ± 16.1 | 700.0 / 705.0 / 730.0 | -22.4% | 3.0 |"
+    assert "(curriculum 3, curriculum+prores-stage 3)" in rep["regime"]
     copy = tmp_path / "copy"
     copy.mkdir()
     for f in ("report.md", "report.json"):
@@ -392,3 +400,46 @@ def test_the_proportions_preset_pretrains_a_small_share_and_stops_the_long_pair_
     assert ladder.long_pair_cost(d64) is None and cost["width"] == 64 and cost["cpu_hours"] == pytest.approx(want, abs=0.1)
     with pytest.raises(SystemExit):
         ladder.parse_args(["--long-schedule", "linear", "--out", str(tmp_path / "e")])
+
+
+def test_the_scarcity_scan_reads_each_arm_at_its_end_and_best_and_states_the_crossover(tmp_path, text_dir, cache):
+    """--preset scarcity: at each U the ladder's, prose alone's and the compute-matched control's prose runs (the
+    control: as many steps as the whole ladder, --unique-tokens U repeated), one pre-training pair a width and seed
+    for every U; records at the end and at the best evaluation; the report follows from them, rebuilds byte for
+    byte from report.json, and --reuse takes its cells instead of training them."""
+    from experiments.lib import ladder_scarcity
+    argv = tiny_argv(tmp_path, text_dir, tmp_path / "s", "--preset", "scarcity", "--widths", "8", "--seeds", "3",
+                     "--scan-tokens", "64,0", "--prose-steps", "6", "--eval-every", "2", "--eval-iters", "1")
+    a = ladder.parse_args(argv)
+    runs = ladder.plan(a)
+    assert ladder_scarcity.scan(a) == [64, 0] and len(runs) == 3 * (2 + 2 * 3)  # 2 pre-training runs a seed
+    for r in runs.values():
+        args = train.parse_args(r.argv + ["--out", str(r.folder)])
+        assert all(runs[d].meta["wave"] < r.meta["wave"] for d in r.meta["deps"])
+        if r.name.startswith("prose-"):
+            assert args.iters == 6 + (6 + 4) * (r.meta["condition"] == "compute-matched") and args.eval_interval == 2
+            assert args.unique_tokens == (r.meta["unique"] or None) and bool(args.init_from) == (
+                r.meta["condition"] == "ladder")
+    ladder.main(argv)
+    rep = json.loads((tmp_path / "s" / "report.json").read_text())
+    recs = rep["runs"]
+    assert len(recs) == 18 and not rep["missing"] and {r["unique"] for r in recs} >= {64}
+    for r in recs:
+        assert r["ppl_best"] == min(p for _, p in r["curve"]) <= r["ppl_final"] * (1 + 1e-9)
+        assert r["ppl_final"] == pytest.approx(r["curve"][-1][1]) and r["steps"] == r["curve"][-1][0]
+    cell = rep["verdicts"][2]["cells"][0]  # the ladder against the control at its best, d8 at U = 64
+    x = [r["ppl_best"] for r in sorted(recs, key=lambda r: r["seed"]) if (r["condition"], r["unique"]) == ("ladder", 64)]
+    y = [r["ppl_best"] for r in sorted(recs, key=lambda r: r["seed"])
+         if (r["condition"], r["unique"]) == ("compute-matched", 64)]
+    assert cell["cell"] == [8, 64] and cell["p"] == pytest.approx(stats.ttest_rel(x, y).pvalue, rel=1e-9)
+    want = max((c["cell"][1] for c in rep["verdicts"][2]["cells"] if c["verdict"] == "reproduces"), default=None)
+    assert rep["crossover"] == {"8": want} and (tmp_path / "s" / "curves.png").exists()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in ("report.md", "report.json"):
+        (copy / f).write_bytes((tmp_path / "s" / f).read_bytes())
+    ladder.main(["--report-only", "--out", str(copy)])
+    for f in ("report.md", "report.json"):
+        assert (copy / f).read_bytes() == (tmp_path / "s" / f).read_bytes(), f
+    again = ladder.parse_args(argv[:1] + [str(tmp_path / "again")] + argv[2:] + ["--reuse", str(copy)])
+    assert ladder.plan(again) == {}  # every cell is in the report: nothing to train, not even pre-training

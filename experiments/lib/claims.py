@@ -44,7 +44,7 @@ class Claim:
     base: dict = None              # the arm it is compared with (None: a trend of treat's metric alone)
     metric: str = "loss"
     lower_is_better: bool = True
-    cells: str = None              # the record field the claim is read in (None: one cell)
+    cells: str = None              # the record field the claim is read in (a tuple: several; None: one cell)
     only: tuple = None             # the cell values read (None: every value both arms have)
     worse_in: tuple = ()           # cells where the paper has treat worse than base
     pair_by: tuple = ("seed",)     # the fields that pair two runs (same batches)
@@ -188,19 +188,21 @@ def read(claim, records):
     cells = []
     for t, b, arm in arms(claim):
         t_all, b_all = select(records, t), select(records, b)
-        values = [None] if claim.cells is None else sorted(
-            {r.get(claim.cells) for r in t_all} & {r.get(claim.cells) for r in b_all}, key=_order)
+        several = isinstance(claim.cells, tuple)
+        at = (lambda r: tuple(r.get(k) for k in claim.cells)) if several else (lambda r: r.get(claim.cells))
+        values = [None] if claim.cells is None else sorted({at(r) for r in t_all} & {at(r) for r in b_all}, key=_order)
         for v in values:
             if claim.only is not None and v not in claim.only:
                 continue
-            more = {} if claim.cells is None else {claim.cells: v}
+            more = {} if claim.cells is None else dict(zip(claim.cells, v)) if several else {claim.cells: v}
             ts, bs = select(t_all, {}, **more), select(b_all, {}, **more)
             if not ts or not bs:
                 continue
             c = compare(ts, bs, claim.metric, claim.pair_by, claim.lower_is_better)
             mt, mb = mean_std(c["treat"])[0], mean_std(c["base"])[0]
             change = (100 * (mt / mb - 1) if claim.percent and mb else mt - mb)
-            name = " ".join(x for x in (arm, "" if v is None else claim.label.format(v)) if x)
+            name = " ".join(x for x in (arm, "" if v is None else claim.label.format(*v) if several else
+                                        claim.label.format(v)) if x)
             cells.append(dict(c, cell=v, arm=arm, name=name, mean_treat=mt, mean_base=mb, change=change,
                               verdict=cell_verdict(c, paper_better=v not in claim.worse_in)))
     return _entry(claim, cells, [_ours(claim, c) for c in cells], [_test(claim, c) for c in cells])
@@ -238,7 +240,8 @@ def _read_slope(claim, records):
 
 
 def _order(v):
-    return (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))
+    return (0, v, "") if isinstance(v, (int, float)) else (2, tuple(map(_order, v)), "") if isinstance(
+        v, tuple) else (1, 0, str(v))
 
 
 def _name(claim, c):

@@ -30,12 +30,17 @@ def reused(a):
     same settings; their prose runs are not trained again (their pre-training, seconds, is: the report's facts)."""
     if not a.reuse:
         return {}
-    old, now = common.reused_report(a.reuse), {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
+    old, now = common.reused_report(a.reuse), kept_settings(a)
     if diff := sorted(k for k, v in json.loads(json.dumps(now)).items() if old["settings"].get(k) != v):
         raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
     det = json.loads((Path(a.reuse) / "details.json").read_text())["runs"]
     return {(r["condition"], r["width"], r["seed"]): (r, det[f"{r['condition']}/d{r['width']}/s{r['seed']}"])
             for r in old["runs"]}
+
+
+def kept_settings(a):
+    """The flags a report keeps: what it measured, not how it was made (INVOCATION_FLAGS)."""
+    return {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
 
 
 def baseline(c):
@@ -177,7 +182,7 @@ def render(a, data, details, out, provenance):
     front = front_table(entries, a.preset) if getattr(a, "preset", "subset") != "subset" else None  # (older: none)
     figures = FIGURES + [MUSIC[0]] * (out / MUSIC[0]).exists()
     text = markdown(a, data, entries, check_list, front, figures, provenance)
-    settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
+    settings = kept_settings(a)
     common.write_report(out, text, source=SOURCE, regime=regime(a, data, provenance), figures=figures,
                         verdicts=entries, provenance=provenance, prose_unigram_ppl=data["prose_unigram_ppl"],
                         checks=check_list, **({"front_table": front} if front else {}),
@@ -197,6 +202,10 @@ def rebuild(out):
     rep = json.loads((out / "report.json").read_text())
     path = out / "details.json"
     details = json.loads(path.read_text())["runs"] if path.exists() else None
+    if rep["settings"].get("preset") == "scarcity":
+        from experiments.lib import ladder_scarcity
+        return ladder_scarcity.render(argparse.Namespace(**rep["settings"]), rep["runs"], rep["missing"], out,
+                                      rep.get("provenance"))
     if rep["settings"].get("preset") == "headline":
         return render_headline(argparse.Namespace(**rep["settings"]), rep["runs"], rep["missing"], out,
                                rep.get("provenance"))
@@ -209,22 +218,36 @@ def render_headline(a, records, missing, out, provenance):
     from experiments.lib.ladder_headline_claims import CLAIMS as HEADLINE
     entries, b = read_all(HEADLINE, records), a.budget
     ppl = {c: [r["ppl_final"] for r in records if r["condition"] == c] for c in a.conditions}
-    lines = ["| arm | train.py --stages | prose val ppl | seeds 1337 / 1338 / 1339 | vs prose only | min |", "|---" * 6
+    seeds = " / ".join(str(1337 + k) for k in range(a.seeds))
+    fewer = [f"{c} {len(v)}" for c, v in ppl.items() if 0 < len(v) < a.seeds]
+    lines = [f"| arm | train.py --stages | prose val ppl | seeds {seeds} | vs prose only | min |", "|---" * 6
              + "|"] + [f"| {c} | `{v}` | {fmt_mean_std(ppl[c], '{:.1f}')} | {' / '.join(f'{x:.1f}' for x in ppl[c])} | "
                        f"{100 * (mean_std(ppl[c])[0] / mean_std(ppl['prose-only'])[0] - 1):+.1f}% | "
                        f"{mean_std([r['seconds'] / 60 for r in records if r['condition'] == c])[0]:.1f} |"
                        for c, v in a.conditions.items() if ppl[c]]
     regime = (f"train.py's default budget, each arm's command as typed: {b['iters']} steps a stage of {b['batch_size']}"
               f" x {b['block_size']} tokens, {b['n_layer']} layers, d = {b['n_embd']}, lr {b['lr']:g}; {a.seeds} seeds "
-              "from 1337 (the default); 'min': a run's minutes on one thread; the paper: WikiText-103, to convergence.")
+              f"from 1337 (the default){' (' + ', '.join(fewer) + ')' if fewer else ''}; 'min': a run's minutes on one "
+              "thread; the paper: WikiText-103, to convergence.")
     text = "\n".join(["# The headline command: `python train.py --stages music,poetry,prose --prores`", "",
                       provenance_line(provenance), "", *table(entries), "", RULE, "", *lines, "", regime, "",
                       *(f"Missing: {m}" for m in missing), "`headline.png`: the headline command's loss (1337).", ""])
     common.write_report(out, text, source=SOURCE, regime=regime, figures=["headline.png"], verdicts=entries,
                         provenance=provenance, front_table={"title": "The headline command at train.py's default "
                         "budget, prose perplexity per arm", "lines": lines}, runs=records, missing=missing,
-                        settings={k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS})
+                        settings=kept_settings(a))
     return text
+
+
+def headline_records(a, runs):
+    """--preset headline: (records: a finished run's last-stage (prose) perplexity, missing: the other runs); the
+    headline command's losses at seed 1337 (train.py's loss.png) as OUT/headline.png."""
+    done, head = [(r.meta, common.read_summary(r.folder)) for r in runs.values()], runs["curriculum+prores-s0"].folder
+    if (head / "metrics.jsonl").exists():
+        common.train.plot_losses(head), (a.out / "headline.png").write_bytes((head / "loss.png").read_bytes())
+    return ([{"condition": m["condition"], "seed": m["seed"], "ppl_final": s["stages"][-1]["val_ppl"], "stage_ppl":
+              [t["val_ppl"] for t in s["stages"]], "seconds": round(s["seconds"], 1)} for m, s in done if s],
+            [[m["condition"], m["seed"], "not run or diverged"] for m, s in done if not s])
 
 
 # --- figures ---------------------------------------------------------------------------------------

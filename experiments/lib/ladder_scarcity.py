@@ -1,0 +1,133 @@
+"""
+The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity). At each number
+of unique prose tokens U (--scan-tokens; 0: the whole split), a (width, seed) has three prose runs, each stage 0 of
+its own run (the same prose batches): the ladder (music -> poetry -> prose; one pre-training pair a width and seed
+serves every U), prose alone at the same prose budget (random), and prose alone for as many steps as the whole
+ladder (compute-matched: the U tokens repeated, the data-constrained regime). Each is evaluated every --eval-every
+steps and read at its end and at its best evaluation (what a stopping rule that keeps the best checkpoint gives at
+most): the control never loses only by training past its best. The crossover: the largest U at which the ladder
+ends clearly below the control at its best (claims.py's rule).
+"""
+
+import json
+import math
+
+from experiments.lib import common, ladder_report
+from experiments.lib.claims import RULE, fmt_mean_std, fmt_n, fmt_p, mean_std, read_all, table
+from experiments.lib.ladder_scarcity_claims import CLAIMS, CROSSOVER
+from experiments.lib.provenance import provenance_line
+
+ARMS = {"random": None, "ladder": "ladder", "compute-matched": None}  # prose run -> the pre-training it starts from
+
+
+def scan(a):
+    """The U values of --scan-tokens in whole steps of batch x block tokens (0: the whole training split)."""
+    per = a.batch_size * a.block_size
+    return [max(1, round(int(u) / per)) * per if int(u) else 0 for u in str(a.scan_tokens).split(",")]
+
+
+def plan(a, make_run, pre_run, cpu_seconds):
+    """{name: Run}: music and poetry pre-training once per (width, seed), where a ladder run still needs them (waves 1
+    and 2), then the prose runs (wave 3, width by width, so that a sweep stopped part-way leaves whole cells)."""
+    runs = {}
+    for order, (w, s) in enumerate((w, s) for w in a.widths for s in range(a.seeds)):
+        for u in scan(a):
+            for c, pre in ARMS.items():
+                if (c, w, s, u) in a._reused:
+                    continue
+                steps = a.prose_steps + (a.music_steps + a.poetry_steps if c == "compute-matched" else 0)
+                chain = [pre_run(a, "musicL", w, s), pre_run(a, pre, w, s)] if pre else []
+                r = make_run(a, f"prose-{c}-u{u}-d{w}-s{s}", a.prose_stage, steps, a.eval_every,
+                             -(-steps // a.eval_every), a.eval_iters, w, s, chain[-1] if chain else None, "text",
+                             ["--unique-tokens", u] * bool(u))
+                for x, wave in zip(chain + [r], (1, 2, 3)[-len(chain) - 1:]):  # pre-training first, shared
+                    runs.setdefault(x.name, x).meta.update(wave=wave, order=order)
+                r.meta.update(condition=c, unique=u, seed=s)
+    for m in (r.meta for r in runs.values()):
+        m["cpu_s"] = cpu_seconds(a, m["kind"], m["width"], m["steps"], m["evals"] * m["eval_iters"])
+    return runs
+
+
+def reused(a):
+    """--reuse DIR: {(condition, width, seed, U): record} of DIR's report, made with the same settings (widths and
+    seeds aside: a cell's record says its own)."""
+    if not a.reuse:
+        return {}
+    old, now = common.reused_report(a.reuse), json.loads(json.dumps(ladder_report.kept_settings(a)))
+    if diff := sorted(k for k, v in now.items() if k not in ("widths", "seeds") and old["settings"].get(k) != v):
+        raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
+    return {(r["condition"], r["width"], r["seed"], r["unique_asked"]): r for r in old["runs"]}
+
+
+def records(a, runs):
+    """(the records of the reused cells and of every finished prose run: perplexity at the end and at the best
+    evaluation, the curve; the cells still missing)."""
+    got = {**a._reused}
+    for m, s, r in ((r.meta, common.read_summary(r.folder), r) for r in runs.values() if r.name.startswith("prose-")):
+        if s is None:
+            continue
+        evals = sorted((e["iter"], math.exp(e["val_loss"])) for e in common.read_events(r.folder, "eval"))
+        best, prose = min(evals, key=lambda e: e[1]), s["stages"][0]
+        got[m["condition"], m["width"], m["seed"], m["unique"]] = {
+            "condition": m["condition"], "width": m["width"], "seed": m["seed"], "unique": prose["unique_tokens"],
+            "unique_asked": m["unique"], "ppl_final": prose["val_ppl"], "ppl_best": best[1], "best_step": best[0],
+            "steps": prose["iters"], "epochs": round(prose["epochs"], 2), "seconds": round(s["seconds"], 1),
+            "curve": [list(e) for e in evals]}
+    want = [(c, w, s, u) for w in a.widths for s in range(a.seeds) for u in scan(a) for c in ARMS]
+    return [got[k] for k in want if k in got], [list(k) for k in want if k not in got]
+
+
+def render(a, recs, missing, out, provenance):
+    """report.md, report.json and curves.png from the records."""
+    entries = read_all(CLAIMS, recs)
+    cells = {tuple(c["cell"]): c for c in next(e for e in entries if e["claim"] == CROSSOVER.claim)["cells"]}
+    crossover = {w: max((u for (w2, u), c in cells.items() if w2 == w and c["verdict"] == "reproduces"), default=None)
+                 for w in sorted({r["width"] for r in recs})}
+    at = lambda c, w, u, k: [r[k] for r in recs if (r["condition"], r["width"], r["unique"]) == (c, w, u)]  # noqa
+    lines = ["| d | U (epochs of the ladder's prose) | random, end | ladder, end / best | compute-matched, end / best "
+             "(best step) | ladder vs compute-matched at best |", "|---" * 6 + "|"]
+    for w, u in sorted({(r["width"], r["unique"]) for r in recs}):
+        c = cells.get((w, u))
+        lines.append(f"| {w} | {u:,} ({mean_std(at('ladder', w, u, 'epochs'))[0]:.1f}) | "
+                     f"{fmt_mean_std(at('random', w, u, 'ppl_final'), '{:.1f}')} | "
+                     + " | ".join(f"{fmt_mean_std(at(k, w, u, 'ppl_final'), '{:.1f}')} / "
+                                  f"{fmt_mean_std(at(k, w, u, 'ppl_best'), '{:.1f}')}" for k in ARMS if k != "random")
+                     + f" ({mean_std(at('compute-matched', w, u, 'best_step'))[0]:.0f}) | "
+                     + (f"{c['change']:+.1f}% ({fmt_p(c['p'])}, {fmt_n(c)}): {c['verdict']} |" if c else "- |"))
+    said = "; ".join(f"d{w}: " + (f"U = {u:,}" if u else "none in the range") for w, u in crossover.items())
+    regime = (f"{a.n_layer}-layer GPTs at d = {', '.join(map(str, a.widths))}, {a.seeds} seeds; prose "
+              f"({a.prose_stage}, {a.prose}) {a.prose_steps} steps of {a.batch_size} x {a.block_size} tokens at every "
+              f"U; music {a.music_steps} steps on {3 * a.music_chunks} chunks, poetry {a.poetry_steps}; the control "
+              f"{a.prose_steps + a.music_steps + a.poetry_steps} prose steps; evaluated every {a.eval_every} steps "
+              f"({a.eval_iters} batches); the paper: WikiText-103 (~100M tokens), where prose is not scarce.")
+    text = "\n".join(["# The ladder where prose is scarce: `python experiments/ladder.py --preset scarcity`", "",
+                      provenance_line(provenance), "", *table(entries), "", RULE, "", *lines, "",
+                      f"The crossover (the largest U where the ladder is clearly below the control at its best): "
+                      f"{said}.", "", regime, "", *(f"Missing: {m}" for m in missing[:20]),
+                      "`curves.png`: prose validation perplexity against the step, each arm's mean over seeds.", ""])
+    plot(recs, out / "curves.png")
+    common.write_report(out, text, source={"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"},
+                        regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
+                        front_table={"title": "The ladder against prose repeated for as many steps, by unique prose "
+                                     "tokens U", "lines": lines}, crossover=crossover, runs=recs, missing=missing,
+                        settings=ladder_report.kept_settings(a))
+    return text
+
+
+def plot(recs, path):
+    """curves.png: a panel per (width, U), each arm's mean validation perplexity over seeds against the step."""
+    keys = sorted({(r["width"], r["unique"]) for r in recs})
+    if not keys:
+        return
+    plt, ws, us = common.pyplot(), sorted({w for w, _ in keys}), sorted({u for _, u in keys})
+    fig, axes = plt.subplots(len(ws), len(us), figsize=(4 * len(us), 3.2 * len(ws)), squeeze=False)
+    for (w, u), ax in ((k, axes[ws.index(k[0])][us.index(k[1])]) for k in keys):
+        for c in ARMS:
+            curves = [r["curve"] for r in recs if (r["condition"], r["width"], r["unique"]) == (c, w, u)]
+            steps = sorted({s for cv in curves for s, _ in cv})
+            mean = [math.exp(mean_std([math.log(p) for cv in curves for s2, p in cv if s2 == s])[0]) for s in steps]
+            ax.plot(steps, mean, label=c) if steps else None
+        ax.set(title=f"d{w}, U = {u:,}", yscale="log", xlabel="prose step", ylabel="val ppl")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    common.save_figure(fig, path)
