@@ -10,7 +10,8 @@ Prepared corpora live in the cache folder (default ~/.cache/prelude; $PRELUDE_CA
 --cache-dir flag override it), one folder per corpus holding train.bin and val.bin (uint16 or
 uint32 token streams, nanoGPT's .bin convention), optional train_mask.bin / val_mask.bin
 (uint8), and manifest.json written LAST: a folder without a manifest is an unfinished
-preparation and is redone, never used.
+preparation and is redone, never used. A corpus built from a user's file or folder is keyed by
+the sha256 of its files (files_sha256, remembered in cache/hashes/), so an edited file is prepared again.
 """
 
 import argparse
@@ -21,6 +22,7 @@ import os
 import subprocess
 import tempfile
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +159,40 @@ def sha256_of(path, chunk=1 << 20):
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+RACY_NS = 2 * 10**9  # a file written this recently may be written again within the same tick of its clock
+
+
+def files_sha256(cache, files, source):
+    """{file: sha256 of its bytes} for the files of a user's corpus (`source`: its file or folder), so
+    a prepared corpus can be keyed by what it was built from, not only by where. Each sha256 is
+    remembered in cache/hashes/ with the file's size, mtime, ctime and inode and reused while all four
+    are unchanged: any write changes mtime and ctime, even one that keeps the size, so an unchanged
+    file is not read again and an edited one always is. A file whose times are within RACY_NS of its
+    reading is not remembered: a second write in the same tick of the file system's clock could keep them."""
+    memo_path = Path(cache) / "hashes" / f"{hashlib.sha1(str(source).encode()).hexdigest()[:16]}.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        memo = {}
+    shas, keep = {}, {}
+    for f in files:
+        name, st = str(Path(f).absolute()), os.stat(f)
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        if memo.get(name, [None])[:4] == stamp:
+            shas[f], keep[name] = memo[name][4], memo[name]
+            continue
+        started = time.time_ns()
+        shas[f] = sha256_of(f)
+        st = os.stat(f)
+        if [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] == stamp and \
+                max(st.st_mtime_ns, st.st_ctime_ns) <= started - RACY_NS:
+            keep[name] = stamp + [shas[f]]
+    if keep != memo:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(memo_path, json.dumps(keep).encode())
+    return shas
 
 
 def token_dtype(vocab_size):

