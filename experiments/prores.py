@@ -13,9 +13,7 @@ Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alph
 
 Presets (PRESETS below; --set KEY=VALUE changes any entry) are every setting of every run: each placement in
 --norms, baseline and + ProRes (`arms`), at each depth, seeds 0..N-1 (a seed's arms share initial weights and
-batches: paired). ProRes' ramp puts the deepest layer on at ramp_frac of the run (T = ramp_frac x iters / L steps
-a layer; the authors' T L = 48k of 100k steps at 48-96 layers), or takes prores_T. The depth preset first scans
-the baselines (seed 0, scan_lrs x scan_depths) and measures where choose() finds one in trouble with depth.
+batches: paired); ProRes' ramp as lib/prores_runs.prores_T (the authors' T L = 48k of 100k steps at 48-96 layers).
 Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540), DeepNet's for
 the DeepNorm baseline (lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2%
 warm-up and a linear decay to 0 over the last 10% (training_utils.py:75-110); `music` keeps compute in depth,
@@ -90,11 +88,8 @@ def parse_args(argv=None):
             preset[k] = json.loads(v)
         except ValueError:
             preset[k] = v
-    for k, v in preset.items():
-        if getattr(a, k, None) is None:
-            setattr(a, k, v)
-    a.out = Path(a.out or "out/prores" + ("-quick" if a.quick else "") + ("" if a.preset == "breakdown" else
-                                                                        f"-{a.preset}"))
+    vars(a).update({k: v for k, v in preset.items() if getattr(a, k, None) is None})
+    a.out = Path(a.out or f"out/prores{'-quick' * a.quick}{'' if a.preset == 'breakdown' else '-' + a.preset}")
     try:
         a.lr, a.depths = (a.lr if a.lr == "auto" else float(a.lr)), numbers(a.depths, int)
         a.scan_lrs, a.scan_depths = sorted(numbers(a.scan_lrs, float)), sorted(numbers(a.scan_depths, int))

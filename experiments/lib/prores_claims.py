@@ -1,12 +1,8 @@
 """
 ProRes' claims as data (Chen et al., "Progressive Residual Warmup for Language Model Pretraining",
 arXiv 2603.05369; the depth claims: its sec. 4.4 and Figure 1), read by experiments/lib/claims.py from
-the flat records of records(report).
-
-A run's record: norm, arm ("baseline" / "ProRes"), depth, seed and its numbers (val_loss, loss_spikes,
-grad_spikes, max_grad_norm_after_warmup, growth_b: the slope b of log RMS = a + b l over the blocks of
-the final model, lib/prores_report.growth_fit). The two arms of a seed share initial weights and
-batches (train.py draws them from the seed), so every comparison is paired by seed.
+the flat records of records(report): a record per run (growth_b: the slope b of lib/prores_report.growth_fit),
+its two arms paired by seed (they share initial weights and batches).
 The depth claims read two things: does the baseline degrade with depth (each seed's baseline at depth L
 against the same seed's baseline at the shallowest depth L0: derived records of arm "baseline at L0"),
 and, where it clearly does (`degrades`, set on both arms' records at that depth by the same rule), is
@@ -28,9 +24,8 @@ def arm(norm, prores, **more):
 
 def lower_loss(norms, name):
     return Claim(f"ProRes lowers the loss with {name}", "lower perplexity at every size, 71M-7B parameters",
-                 treat=[arm(n, True) for n in norms] if len(norms) > 1 else arm(norms[0], True),
-                 base=[arm(n, False) for n in norms] if len(norms) > 1 else arm(norms[0], False),
-                 metric="val_loss", cells="depth", label="L = {}", note="final val loss (nats), ProRes vs baseline")
+                 treat=[arm(n, True) for n in norms], base=[arm(n, False) for n in norms], metric="val_loss",
+                 cells="depth", label="L = {}", note="final val loss (nats), ProRes vs baseline")
 
 
 def degrades(norm, name):
@@ -87,13 +82,10 @@ def with_spike_rule(sd):
 
 def records(report):
     """The flat records the claims read, from report.json's `runs` alone (see the module docstring)."""
-    out = []
-    for r in report["runs"]:
-        fit = r.get("act_fit") or {}
-        out.append(dict(arm(r["norm"], r["prores"]), depth=r["depth"], seed=r["seed"], val_loss=r["val_loss"],
-                        loss_spikes=r["loss_spikes"], grad_spikes=r["grad_spikes"], growth_b=fit.get("b"),
-                        max_grad_norm_after_warmup=r.get("max_grad_norm_after_warmup"),
-                        open_stream=r["norm"] in OPEN_STREAM, degrades=False))
+    out = [dict(arm(r["norm"], r["prores"]), depth=r["depth"], seed=r["seed"], val_loss=r["val_loss"],
+                loss_spikes=r["loss_spikes"], grad_spikes=r["grad_spikes"], growth_b=(r.get("act_fit") or {}).get("b"),
+                max_grad_norm_after_warmup=r.get("max_grad_norm_after_warmup"), open_stream=r["norm"] in OPEN_STREAM,
+                degrades=False) for r in report["runs"]]
     for norm in sorted({r["norm"] for r in out if r["arm"] == "baseline"}):
         base = [r for r in out if r["norm"] == norm and r["arm"] == "baseline"]
         d0 = min(r["depth"] for r in base)

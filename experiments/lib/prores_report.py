@@ -64,8 +64,7 @@ def growth_fit(rms):
         return None
     layer, y = np.arange(1, len(rms), dtype=float), np.log(np.asarray(rms[1:], dtype=float))
     fit = {}
-    for name, x, (k, ka, kr) in (("exponential", layer, ("b", "a_exp", "rss_exp")),
-                                 ("power", np.log(layer), ("c", "a_pow", "rss_pow"))):
+    for x, k, ka, kr in ((layer, "b", "a_exp", "rss_exp"), (np.log(layer), "c", "a_pow", "rss_pow")):
         s, a0 = np.polyfit(x, y, 1)
         fit.update({k: float(s), ka: float(a0), kr: float(np.sum((y - (a0 + s * x)) ** 2))})
     return dict(fit, better="exponential" if fit["rss_exp"] < fit["rss_pow"] else "power")
@@ -164,8 +163,6 @@ def spike_definition(a):
             "first_counted_step_index": a.spike_window,
             **({"loss_mads": a.loss_spike_mads} if a.loss_spike_mads is not None else {})}
 
-
-# --- report.md and report.json -----------------------------------------------------------------
 
 def regime(a, lr, depths):
     T = {d: prores_T(a, d, a.iters) for d in depths}
@@ -308,12 +305,9 @@ def render(records, out):
     text = "\n".join(lines)
     write_report(out, text, source=SOURCE, regime=reg, figures=figures, verdicts=entries, provenance=prov,
                  front_table=front, train_seconds=train_s, **({"plateau": plateau} if plateau else {}),
-                 **{k: records[k] for k in RECORD_KEYS[:3]},
-                 scan=srecs, runs=recs)
+                 **{k: records[k] for k in RECORD_KEYS[:3]}, scan=srecs, runs=recs)
     return text
 
-
-# --- figures -----------------------------------------------------------------------------------
 
 def panels(plt, n_rows, n_cols, name, out, draw, ylabels, logy=()):
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.5 * n_cols, 3.2 * n_rows), squeeze=False)

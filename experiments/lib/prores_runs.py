@@ -1,8 +1,8 @@
 """
 The ProRes experiment's runs: names, flags and order (experiments/prores.py trains them).
 
-    run_name("pre", True, 48, 2e-3, 200, 0)  -> "pre-prores-L48-lr0.002-i200-s0"
-    prores_T(a, 48, 200)                     -> 2.0833 (the deepest layer is on at step 100)
+    make_run(a, "measure", "pre", True, 48, 2e-3, 0, 200).name  -> "pre-prores-L48-lr0.002-i200-s0"
+    prores_T(a, 48, 200)                                        -> 2.0833 (the deepest layer is on at step 100)
 """
 
 from experiments.lib.common import Run
@@ -36,10 +36,6 @@ def init_of(a, norm, pr):
     return "deepnet" if norm == "deepnorm" and not pr else a.init
 
 
-def run_name(norm, pr, depth, lr, iters, seed):
-    return f"{norm}-{'prores' if pr else 'base'}-L{depth}-lr{lr:g}-i{iters}-s{seed}"
-
-
 def train_argv(a, norm, pr, depth, lr, seed, iters):
     """train.py flags of one run (run_sweep adds --out, --resume, --threads)."""
     argv = ["--stages", a.stage, "--n-layer", depth, "--n-head", a.n_head, "--n-embd", a.n_embd,
@@ -53,7 +49,7 @@ def train_argv(a, norm, pr, depth, lr, seed, iters):
 
 
 def make_run(a, phase, norm, pr, depth, lr, seed, iters):
-    name = run_name(norm, pr, depth, lr, iters, seed)
+    name = f"{norm}-{'prores' if pr else 'base'}-L{depth}-lr{lr:g}-i{iters}-s{seed}"
     return Run(name, a.out / "runs" / name, train_argv(a, norm, pr, depth, lr, seed, iters),
                dict(phase=phase, norm=norm, prores=pr, depth=depth, lr=lr, seed=seed, iters=iters,
                     T=prores_T(a, depth, iters) if pr else None, init=init_of(a, norm, pr)))
