@@ -9,11 +9,8 @@ Jiang, Shinnick et al., arXiv 2601.21725 (Dyck pre-training lifts HAYSTACK from 
     python experiments/procedural.py --report-only --out experiments/results/procedural   # from report.json
 
 The diagnostics as the authors run them (experiments/lib/procedural_authors.py: each setting, its line in
-their code, each difference): stream:NAME tasks (their token layout and loss, fresh records every step, never
-a test record), their model per task (HAYSTACK: 2 layers, 4 heads, d = 16, untied head), AdamW lr 1e-3,
-cosine, their budget of 10,000,000 records seen; a pre-training run per kind on the task's architecture
-(on the d = 16 model until a stopping rule; else their yaml's steps), transferred whole with mean embedding rows
-(positions fresh where its context is shorter than the task's), or attention / MLP alone.
+their code, each difference): stream:NAME tasks, their model per task, their budget of 10,000,000 records seen;
+a pre-training run per kind on the task's architecture, transferred whole or attention / MLP alone.
 The default: HAYSTACK after no pre-training, Dyck and shuffled Dyck, 3 seeds; the accuracy curve every
 500,000 records. `--cells table`: the paper's six claims (TABLE), each cell with its own baseline (the
 report in experiments/results/procedural); --cells makes any other (multiplication: their 4-layer d = 512
@@ -107,8 +104,7 @@ def check(a):
         if m not in (("none",) if r == "none" else ("full",) if pa.merge_kinds(r) else ("full", "attn", "mlp")):
             raise UserError(f"--cells {t}:{r}:{m}: a baseline takes no transfer, a merge is trained with full "
                             "transfer, a kind's row with full, attn or mlp")
-    dyck = [k for k in pa.rows(a)[1:] if k.startswith("dyck")]
-    if dyck and a.dyck_length % 2:
+    if a.dyck_length % 2 and any(k.startswith("dyck") for k in pa.rows(a)[1:]):
         raise UserError(f"--dyck-length must be even (a balanced Dyck row), got {a.dyck_length}")
 
 

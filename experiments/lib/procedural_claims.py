@@ -1,17 +1,10 @@
 """
 The claims of Jiang, Shinnick et al., "Procedural Pretraining: Warming Up Language Models with Abstract
-Data" (arXiv 2601.21725) as data, read from a report's records by experiments/lib/claims.py.
-
-Its diagnostic table (a small model pre-trained on one procedural kind, then trained on an algorithmic
-task: Dyck lifts HAYSTACK from 10% to 98%; the shuffled controls), its partial transfer (attention-only
-against MLP-only) and weight merging, and its semantic regimes (additive, substitutive). The diagnostics
-follow the authors' code, github.com/zlshinnick/procedural-pretraining: downstream/algorithmic_tasks/
-experiment_stream.py and task_*.py (their token-level accuracy: compute_metrics, the positions whose input
-is an answer token), downstream/utils.py (the transfer modes). A claim is read where a report has both of
-its arms, else "not measured".
-
-Every condition at one seed sees the same task batches (train.py draws each step's batch from [seed, stage,
-step] and the test records from --data-seed alone), so the arms pair by seed (the claims' default pair_by).
+Data" (arXiv 2601.21725) as data, read from a report's records by experiments/lib/claims.py: its diagnostic
+table (Dyck lifts HAYSTACK from 10% to 98%; the shuffled controls), partial transfer, weight merging and semantic
+regimes, on the authors' token-level accuracy (their compute_metrics: the positions whose input is an answer token).
+Every condition at one seed sees the same task batches (lib/procedural_authors.DIFFERENCES), so the arms pair by
+seed (the claims' default pair_by).
 """
 
 from experiments.lib.claims import Claim

@@ -6,11 +6,8 @@ accuracy and loss per cell, the pre-training losses, two figures. Jiang, Shinnic
     render(a, runs, n_planned, out, provenance)     # -> report.md, report.json, curves.png, accuracy.png
     rebuild(out)                                    # the same from OUT/report.json alone (no run folders)
 
-A diagnostic run's record: condition, transfer, task, seed, its accuracy curve (exact answers at every
-evaluation), its final exact-answer accuracy and the authors' token-level accuracy on the test records
-(from the final checkpoint, cached in the run's scores.json); a pre-training run's: its final validation
-loss and the unigram loss of the same targets. The table preset's archive (experiments/results/
-procedural-table) keeps its own records (row, accuracy, token_accuracy, semantic runs); records() reads both.
+The table preset's archive (experiments/results/procedural-table) keeps its own records (row, accuracy,
+token_accuracy, semantic runs); records() reads both.
 """
 
 import argparse
@@ -35,7 +32,8 @@ FLOOR_GAP, CEILING = 0.1, 99.0  # nats above its entropy a model that learnt its
 
 
 def record(a, run):
-    """Everything the report keeps of one run (None if it has not finished)."""
+    """Everything the report keeps of one run (None if it has not finished): a diagnostic run's accuracy curve, final
+    exact-answer and token-level accuracy (evaluate.task_scores); a pre-training run's final and unigram val loss."""
     s = common.read_summary(run.folder)
     r = {"name": run.name, **{k: v for k, v in run.meta.items() if k != "init"}, "argv": [str(x) for x in run.argv]}
     if s is None:
@@ -171,32 +169,27 @@ def pretrain_lines(runs):
     return lines + [""] if groups else []
 
 
-def markdown(a, runs, n_planned, entries, check_list, provenance):
-    authors = getattr(a, "records", None) is not None
+def render(a, runs, n_planned, out, provenance):
+    """report.md, report.json and the figures from the run records; returns report.md. Nothing here reads
+    the run folders, the clock or the machine."""
+    recs, authors, reg = records({"runs": runs}), getattr(a, "records", None) is not None, regime(a, provenance, runs)
+    check_list, notes = checks(runs, recs)
+    entries = read_all(CLAIMS, recs, notes)
     lines = [f"# Procedural pre-training: {'the diagnostics as the authors run them' if authors else 'the table preset'}"
              f"{' (--quick)' if a.quick else ''}", "", provenance_line(provenance), "",
              f"Jiang, Shinnick et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}. {len(runs)} of {n_planned} "
              f"runs finished; {sum(r.get('seconds') or 0 for r in runs) / 60:.1f} min of training summed over runs.",
-             "", f"**Regime.** {regime(a, provenance, runs)}", "", "## The paper's claims beside ours", "", RULE, ""]
+             "", f"**Regime.** {reg}", "", "## The paper's claims beside ours", "", RULE, ""]
     lines += table(entries) + ["", "## Checks", "", *check_lines(check_list), "", "## Accuracy and loss per cell", "",
-                               "On the test records after the whole "
-                               "budget, mean ± std over seeds (the semantic rows: validation loss).", ""]
-    lines += cell_lines(records({"runs": runs})) + [""] + pretrain_lines(runs)
+                               "On the test records after the whole budget, mean ± std over seeds (the semantic "
+                               "rows: validation loss).", ""]
+    lines += cell_lines(recs) + [""] + pretrain_lines(runs)
     if authors:
         lines += ["## What differs from the authors, and why", ""] + [f"- {d}" for d in pa.DIFFERENCES] + [""]
-    return "\n".join(lines + ["Figures: `curves.png` (accuracy or loss along each run), `accuracy.png` (the final "
+    text = "\n".join(lines + ["Figures: `curves.png` (accuracy or loss along each run), `accuracy.png` (the final "
                               "accuracies). Every run's numbers and flags: `report.json`.", ""])
-
-
-def render(a, runs, n_planned, out, provenance):
-    """report.md, report.json and the figures from the run records; returns report.md. Nothing here reads
-    the run folders, the clock or the machine."""
-    recs = records({"runs": runs})
-    check_list, notes = checks(runs, recs)
-    entries = read_all(CLAIMS, recs, notes)
-    text = markdown(a, runs, n_planned, entries, check_list, provenance)
     settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
-    common.write_report(out, text, source=SOURCE, regime=regime(a, provenance, runs), figures=FIGURES, verdicts=entries,
+    common.write_report(out, text, source=SOURCE, regime=reg, figures=FIGURES, verdicts=entries,
                         provenance=provenance, settings=settings, n_planned=n_planned, checks=check_list, runs=runs)
     plot_all(recs, out)
     return text
