@@ -12,11 +12,9 @@ unique tokens of music; AR with a tuned strong weight decay (wd) against the sam
 
 Phases (a run is train.py in OUT/runs/<name>: skipped when finished, resumed, or taken from --reuse DIR's report):
 0. (authors) the scan (lib/data_constrained_scan.py) chooses the sizes, budgets and epochs. 1. the decay sweep
-per size at U0: the lowest mean loss over its seeds is the size's strong decay.
-2. the grid: sizes x budgets x methods (METHOD_RUN), seeds_small_u seeds at U <= small_u; MDLM (mdlm_seeds seeds,
-   mdlm_epochs epochs, lr x mdlm_lr_ratio) on the mdlm_budgets smallest budgets.
-3-4. every final checkpoint on the whole validation split (MDLM: its NLL bound); evaluate.py; the
-   report (experiments/lib/data_constrained_report.py): laws, multiplier, per-token gain, claims, PNGs.
+per size at U0: the lowest mean loss over its seeds is the size's strong decay. 2. the grid (grid_runs): sizes x
+budgets x methods (METHOD_RUN). 3-4. every final checkpoint on the whole validation split (MDLM: its NLL bound);
+evaluate.py; the report (lib/data_constrained_report.py): laws, multiplier, per-token gain, claims, PNGs.
 The authors' baseline (dcp/model.py:95, :135-149, :194; dcp/train4_diffusionauxiliary_impl.py:314-333): dropout 0.1
 on the attention output only, an untied decayed head, decays 0.4-3.2 (scripts/all5models_baseline.sh:21-25). MIR:
 lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept. Their MDLM: lr 2e-4 (scripts/ddc_72M_largewd.sh:17)
@@ -65,12 +63,11 @@ AUTHORS = dict(COMMON, budgets="64000,128000,256000,512000", epochs=16, seeds=2,
 # the earlier default (experiments/results/data_constrained-earlier): no dropout, a tied head, MDLM at 0.1 and tuned
 EARLIER = dict(COMMON, budgets="8000,16000,32000,64000", epochs=16, seeds=3, dropout=0.0, dropout_at="all", tie=True,
                sweep_seeds=1, methods="wd,wd+mir,ar-weak,mdlm-weak,mdlm-strong", sweep_budget=32000)
-PRESETS = {"authors": (AUTHORS, dict(AUTHORS, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4,
-                                     decays="0.1,1.6", block_size=64, scan_sizes="L1d16,L2d24,L2d32",
-                                     scan_budgets="4000,8000", scan_epochs="4", max_budget=16000, mdlm_epochs=8,
-                                     mdlm_seeds=2, seeds_small_u=3, small_u=4000, scan_fallback=True, grid_hours=0.25)),
-           "earlier": (EARLIER, dict(EARLIER, sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4, seeds=2,
-                                     decays="0.1,1.6", block_size=64, sweep_budget=8000))}
+QUICK = dict(sizes="L1d16,L2d24,L2d32", budgets="4000,8000,16000", epochs=4, decays="0.1,1.6", block_size=64)
+PRESETS = {"authors": (AUTHORS, dict(AUTHORS, **QUICK, scan_sizes="L1d16,L2d24,L2d32", scan_budgets="4000,8000",
+                                     scan_epochs="4", max_budget=16000, mdlm_epochs=8, mdlm_seeds=2, seeds_small_u=3,
+                                     small_u=4000, scan_fallback=True, grid_hours=0.25)),
+           "earlier": (EARLIER, dict(EARLIER, **QUICK, seeds=2, sweep_budget=8000))}  # (the preset, its --quick)
 SCAN_RULES = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3, min_budgets=4)
 # ms per optimizer step, one thread, two jobs on a 2-core AMD EPYC: AR ~ 50 + N / 2,700; MIR ~2x, MDLM ~1.5x
 STEP_MS = dict(ar=lambda n: 50 + n / 2700, mir=lambda n: 2 * (50 + n / 2700), mdlm=lambda n: 1.5 * (50 + n / 2700))
@@ -87,8 +84,7 @@ def parse_args(argv=None):
     for k, (typ, text) in FLAGS.items():
         p.add_argument("--" + k.replace("_", "-"), type=typ, default=None, help=text)
     a = p.parse_args(argv)
-    for k, v in PRESETS[a.preset][1 if a.quick else 0].items():
-        setattr(a, k, v if getattr(a, k, None) is None else getattr(a, k))
+    vars(a).update({k: v for k, v in PRESETS[a.preset][a.quick].items() if getattr(a, k, None) is None})
     a.out = Path(a.out or ("out/data_constrained-quick" if a.quick else "out/data_constrained"))
     try:
         a.sizes, a.decays, a.lrs = [parse_size(s) for s in a.sizes.split(",")], floats(a.decays), floats(a.lrs)

@@ -247,9 +247,8 @@ def token_lines(tok):
 
 def mdlm_lines(records):
     by = {}
-    for r in done(records):
-        if r["method"] in MDLM_TABLE:
-            by.setdefault((r["U"], r["size"]), {}).setdefault(r["method"], []).append(r)
+    for r in (r for r in done(records) if r["method"] in MDLM_TABLE):
+        by.setdefault((r["U"], r["size"]), {}).setdefault(r["method"], []).append(r)
     rows = {k: v for k, v in sorted(by.items()) if any(m.startswith("mdlm") for m in v)}
     ms = [m for m in MDLM_TABLE if any(m in v for v in rows.values())]
     arm = lambda rs: (f"{fmt_mean_std([r['loss'] for r in rs])} ({rs[0]['wd']:g}; "  # noqa: E731

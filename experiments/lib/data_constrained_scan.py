@@ -13,12 +13,10 @@ import math
 
 
 def margin(r):
-    """Nats below the unigram level (None without both values)."""
     return None if r.get("loss") is None or not r.get("unigram_val_ppl") else math.log(r["unigram_val_ppl"]) - r["loss"]
 
 
 def overfit(r):
-    """How far the validation loss sits above the training loss (None without both)."""
     return None if r.get("loss") is None or r.get("train_loss") is None else r["loss"] - r["train_loss"]
 
 

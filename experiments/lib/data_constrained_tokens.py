@@ -31,9 +31,8 @@ def token_name(corpus, i):
 
 
 def per_token(runs, runs_dir, top_tokens=12):
-    """Per validation target t of a matched (wd, wd+mir) pair (same size, U, seed), g_t = CE_wd(t) - CE_mir(t), summed
-    into FREQ_EDGES buckets of the target's count in that run's training subset, pooled over the pairs with folders in
-    runs_dir (`pairs` of `pairs_of`); and the tokens with the largest summed gain, decoded. None without a pair."""
+    """The gain per FREQ_EDGES bucket, pooled over the matched (wd, wd+mir) pairs (same size, U, seed) with folders in
+    runs_dir (`pairs` of `pairs_of`), and the tokens with the largest summed gain, decoded; None without a pair."""
     ok = [r for r in runs if r["status"] == "done"]
     base = {(r["size"], r["U"], r["seed"]): r for r in ok if r["method"] == "wd"}
     every = [(base[k], r) for r in ok if r["method"] == "wd+mir" and (k := (r["size"], r["U"], r["seed"])) in base]
