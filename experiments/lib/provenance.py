@@ -55,11 +55,9 @@ def git_state():
 
 
 class Provenance:
-    """One invocation of an experiment in OUT/provenance.json, appended to those before it (a sweep
-    resumed over several sessions is several invocations): Provenance(out) at the start of main()
-    (commit, dirty, command, hardware), finish(runs_trained=n) at its end (wall and CPU seconds,
-    workers included); one stopped by Ctrl-C or an error is recorded by main_guard, one killed as its last
-    heartbeat wrote it. finish() returns summarize_provenance() of them all."""
+    """One invocation of an experiment in OUT/provenance.json, appended to those before it; finish() adds its wall
+    and CPU seconds (workers included). One stopped by Ctrl-C or an error is recorded by main_guard, one killed as
+    its last heartbeat wrote it."""
 
     active = None  # the invocation in progress (started, not finished), for main_guard
 
