@@ -150,7 +150,8 @@ def parse_args(argv=None):
     if a.headline_seeds < 0 or a.prose_tokens < 0 or min(a.widths + a.capacity_widths) <= 0 or any(
             w % a.n_head for w in a.widths + a.capacity_widths + [a.long_width]):
         p.error(f"--headline-seeds and --prose-tokens must be >= 0, widths positive multiples of --n-head {a.n_head}")
-    a._reused = (ladder_scarcity.reused if a.preset == "scarcity" else ladder_report.reused)(a)
+    a._reused = ladder_scarcity.reused(a, ladder_report.kept_settings(a)) if a.preset == "scarcity" else \
+        ladder_report.reused(a)
     return a
 
 
@@ -280,8 +281,7 @@ def long_pair_cost(a, width=64, seeds=3):
 def print_plan(a, runs):
     jobs = max(1, min(a.jobs, os.cpu_count() or 1))
     if a.preset in ("headline", "scarcity"):
-        print(f"ladder plan (--preset {a.preset}): " + (f"train.py --stages {' | '.join(a.conditions.values())} at "
-              f"{a.budget}" if a.preset == "headline" else f"U = {ladder_scarcity.scan(a)}, widths {a.widths}"))
+        print(f"ladder plan (--preset {a.preset}):", a.budget if a.preset == "headline" else f"widths {a.widths}")
     else:
         spe, unique = steps_per_epoch(a)
         print(f"ladder plan: {', '.join(a.conditions)}; widths {a.widths}; seeds 0..{a.seeds - 1}; out {a.out}\nprose: "
@@ -391,7 +391,7 @@ def main(argv=None):
         provenance = kept_provenance(a.out) if a.report_only else prov.finish(runs_trained=run_waves(a, runs))
         text = (ladder_report.render_headline(a, *ladder_report.headline_records(a, runs), a.out, provenance)
                 if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out,
-                                                                      provenance) if a.preset == "scarcity" else
+                provenance, ladder_report.kept_settings(a)) if a.preset == "scarcity" else
                 ladder_report.render(a, *collect(a, runs), a.out, provenance))
     print("\n" + text + f"\nwrote {a.out / 'report.md'}, report.json, details.json, the PNGs ({time.time() - t0:.0f} s)")
 

@@ -205,7 +205,7 @@ def rebuild(out):
     if rep["settings"].get("preset") == "scarcity":
         from experiments.lib import ladder_scarcity
         return ladder_scarcity.render(argparse.Namespace(**rep["settings"]), rep["runs"], rep["missing"], out,
-                                      rep.get("provenance"))
+                                      rep.get("provenance"), rep["settings"])
     if rep["settings"].get("preset") == "headline":
         return render_headline(argparse.Namespace(**rep["settings"]), rep["runs"], rep["missing"], out,
                                rep.get("provenance"))

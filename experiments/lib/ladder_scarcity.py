@@ -12,7 +12,7 @@ ends clearly below the control at its best (claims.py's rule).
 import json
 import math
 
-from experiments.lib import common, ladder_report
+from experiments.lib import common
 from experiments.lib.claims import RULE, fmt_mean_std, fmt_n, fmt_p, mean_std, read_all, table
 from experiments.lib.ladder_scarcity_claims import CLAIMS, CROSSOVER
 from experiments.lib.provenance import provenance_line
@@ -48,12 +48,12 @@ def plan(a, make_run, pre_run, cpu_seconds):
     return runs
 
 
-def reused(a):
+def reused(a, settings):
     """--reuse DIR: {(condition, width, seed, U): record} of DIR's report, made with the same settings (widths and
     seeds aside: a cell's record says its own)."""
     if not a.reuse:
         return {}
-    old, now = common.reused_report(a.reuse), json.loads(json.dumps(ladder_report.kept_settings(a)))
+    old, now = common.reused_report(a.reuse), json.loads(json.dumps(settings))
     if diff := sorted(k for k, v in now.items() if k not in ("widths", "seeds") and old["settings"].get(k) != v):
         raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
     return {(r["condition"], r["width"], r["seed"], r["unique_asked"]): r for r in old["runs"]}
@@ -77,7 +77,7 @@ def records(a, runs):
     return [got[k] for k in want if k in got], [list(k) for k in want if k not in got]
 
 
-def render(a, recs, missing, out, provenance):
+def render(a, recs, missing, out, provenance, settings):
     """report.md, report.json and curves.png from the records."""
     entries = read_all(CLAIMS, recs)
     cells = {tuple(c["cell"]): c for c in next(e for e in entries if e["claim"] == CROSSOVER.claim)["cells"]}
@@ -110,7 +110,7 @@ def render(a, recs, missing, out, provenance):
                         regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
                         front_table={"title": "The ladder against prose repeated for as many steps, by unique prose "
                                      "tokens U", "lines": lines}, crossover=crossover, runs=recs, missing=missing,
-                        settings=ladder_report.kept_settings(a))
+                        settings=settings)
     return text
 
 
