@@ -4,9 +4,8 @@ The ProRes experiment's records, report and figures (experiments/prores.py runs 
     recs = analyse(a, runs)         # one record per finished run, from its folder
     text = render(records, out)     # report.md, report.json and the PNGs from the records alone
 
-render reads nothing but the records, so a report rebuilt from report.json alone (the run folders
-gone) is byte-identical to the one built from the runs. report.json keeps every run's numbers and validation
-curve and, for the figures, the per-step curves of the first seed only.
+A rebuild from report.json alone is byte-identical: it keeps every run's numbers and validation curve and, for the
+figures, the per-step curves of the first seed only (CURVES).
 """
 
 import argparse
@@ -57,9 +56,8 @@ def spike_steps(values, window, factor=None, mads=None):
 
 
 def growth_fit(rms):
-    """Least-squares lines through log RMS over the blocks l = 1..L (rms: the embeddings' first):
-    a + b l (exponential growth) and a + c log l (power; c = 1 linear); None under 3 blocks or a value
-    without a log. `better`: the line with the smaller residual sum of squares."""
+    """Least-squares lines through log RMS over the blocks l = 1..L (rms: the embeddings' first): a + b l (exponential
+    growth) and a + c log l (power; c = 1 linear), `better` the one of smaller residual; None under 3 blocks."""
     if not rms or len(rms) < 4 or not all(v is not None and math.isfinite(v) and v > 0 for v in rms[1:]):
         return None
     layer, y = np.arange(1, len(rms), dtype=float), np.log(np.asarray(rms[1:], dtype=float))
@@ -91,9 +89,8 @@ class Data:
 
 
 def analyse_run(a, run, data):
-    """One finished run's record (None if it has not finished): losses, spikes, gradient norms, failure
-    (diverged, or stuck within stuck_margin of the unigram loss), the residual stream's RMS after each
-    block of its final model on one fixed validation batch, and at its evaluations as train.py logged it."""
+    """One finished run's record (None if it has not finished), from its metrics.jsonl and its final model: the
+    residual stream's RMS after each block on one fixed validation batch."""
     from evaluate import activation_rms, stage_model
     s, diverged = read_summary(run.folder), (run.folder / "diverged.json").exists()
     if s is None and not diverged:
@@ -309,14 +306,12 @@ def render(records, out):
     return text
 
 
-def panels(plt, n_rows, n_cols, name, out, draw, ylabels, logy=()):
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.5 * n_cols, 3.2 * n_rows), squeeze=False)
-    for i in range(n_rows):
-        for j in range(n_cols):
-            draw(axes[i][j], i, j)
-            axes[i][j].set_ylabel(ylabels[i])
-            axes[i][j].set_yscale("log" if i in logy else "linear")
-            axes[i][j].grid(alpha=0.3)
+def panels(n_rows, n_cols, name, out, draw, ylabels, logy=()):
+    fig, axes = pyplot().subplots(n_rows, n_cols, figsize=(4.5 * n_cols, 3.2 * n_rows), squeeze=False)
+    for (i, j), ax in np.ndenumerate(axes):
+        draw(ax, i, j)
+        ax.set(ylabel=ylabels[i], yscale="log" if i in logy else "linear")
+        ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, out / name)
@@ -326,17 +321,15 @@ def panels(plt, n_rows, n_cols, name, out, draw, ylabels, logy=()):
 def depth_axis(ax, unigram_loss, depths, title):
     """A panel of final loss against depth: the unigram loss, log-spaced depth ticks, its legend and titles."""
     ax.axhline(unigram_loss, color="gray", ls=":", label="unigram")
-    ax.set_xscale("log")
+    ax.set(xscale="log", title=title, xlabel="layers")
     ax.minorticks_off()
     ax.legend(fontsize=7)
     ax.set_xticks(depths, [str(d) for d in depths], minor=False)
-    ax.set_title(title)
-    ax.set_xlabel("layers")
 
 
 def plot(a, srecs, recs, depths):
     """The PNGs, drawn into a.out from the records; returns their names."""
-    plt, drawn = pyplot(), []
+    drawn = []
     conds = [(n, pr) for n in a.norms for pr in arm_flags(a)]
     style = lambda n, pr: dict(color=COLORS.get(n), ls="--" if pr else "-", label=label(n, pr))  # noqa: E731
     pick = lambda n, pr, d: [r for r in recs if (r["norm"], r["prores"], r["depth"]) == (n, pr, d)]  # noqa: E731
@@ -350,16 +343,15 @@ def plot(a, srecs, recs, depths):
                         **style(n, pr))
                 ax.plot([r["depth"] for r in rs], [r["val_loss"] for r in rs], ".", color=COLORS.get(n), alpha=0.5)
             depth_axis(ax, recs[0]["unigram_loss"], depths, NAMES.get(n, n))
-        drawn.append(panels(plt, 1, len(a.norms), "breakdown.png", a.out, final, [f"final val loss, {a.iters} steps"]))
+        drawn.append(panels(1, len(a.norms), "breakdown.png", a.out, final, [f"final val loss, {a.iters} steps"]))
 
         def acts(ax, i, j):
             for n, pr in conds:
                 rs = [stream_rms(r) for r in pick(n, pr, depths[j]) if r.get("act_rms")]
                 if rs:
                     ax.plot(np.mean(rs, axis=0), marker=".", ms=3, **style(n, pr))
-            ax.set_title(f"{depths[j]} layers")
-            ax.set_xlabel("layer (0 = embeddings)")
-        drawn.append(panels(plt, 1, len(depths), "activation_norms.png", a.out, acts, ["residual-stream RMS"], (0,)))
+            ax.set(title=f"{depths[j]} layers", xlabel="layer (0 = embeddings)")
+        drawn.append(panels(1, len(depths), "activation_norms.png", a.out, acts, ["residual-stream RMS"], (0,)))
 
         def curve(ax, i, j):
             for n, pr in conds:
@@ -374,9 +366,8 @@ def plot(a, srecs, recs, depths):
                     ax.plot(r["logged_steps"], r["loss" if i == 0 else "grad_norm"], **style(n, pr))
                 elif r.get("act_rms_steps"):
                     ax.plot(r["act_rms_steps"], [x[-1] for x in r["act_rms_curve"]], marker=".", **style(n, pr))
-            ax.set_title(f"{depths[j]} layers, seed 0")
-            ax.set_xlabel("step")
-        drawn.append(panels(plt, 3, len(depths), "curves.png", a.out, curve,
+            ax.set(title=f"{depths[j]} layers, seed 0", xlabel="step")
+        drawn.append(panels(3, len(depths), "curves.png", a.out, curve,
                             ["train loss (10-step mean" + ("; dots: val)" if any(r.get("val_curve") for r in recs) else ")"),
                              "grad norm (before clipping)", "RMS after the last block"], (1, 2)))
     if srecs:
@@ -387,6 +378,5 @@ def plot(a, srecs, recs, depths):
                             key=lambda r: r["depth"])
                 ax.plot([r["depth"] for r in rs], [r["val_loss"] for r in rs], marker="o", label=f"lr {lr:g}")
             depth_axis(ax, srecs[0]["unigram_loss"], a.scan_depths, f"{label(n, False)} (diverged runs left out)")
-        drawn.append(panels(plt, 1, len(a.scan_norms), "scan.png", a.out, scan,
-                            [f"final val loss, {a.scan_iters} steps"]))
+        drawn.append(panels(1, len(a.scan_norms), "scan.png", a.out, scan, [f"final val loss, {a.scan_iters} steps"]))
     return drawn
