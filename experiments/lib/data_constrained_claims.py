@@ -15,35 +15,33 @@ import math
 from experiments.lib.claims import Claim
 
 AR_METHODS, PAPER_MULTIPLIER = ("wd", "wd+mir", "ar-weak"), 1.3  # the law and fan-out claims: the paper's for AR
-MIR, WD = {"kind": "run", "method": "wd+mir"}, {"kind": "run", "method": "wd"}
+MIR_VS_WD = dict(treat={"kind": "run", "method": "wd+mir"}, base={"kind": "run", "method": "wd"})
 MULT = lambda arm: {"kind": "multiplier", "law": "softq", "arm": arm}  # noqa: E731
+MULTIPLIER = dict(treat=MULT("wd+mir"), metric="log_m", lower_is_better=False, pair_by=("size", "U"))
 GAIN = "0.006 nats lower at 72M up to 0.03 at 1.4B parameters"
 law = lambda fit, name: {"kind": "law_error", "fit": fit, "law": name}  # noqa: E731
+LAW = dict(metric="abs_err", cells="method", only=AR_METHODS, pair_by=("size", "U"), fmt="{:.4f}")
 
 CLAIMS = [
-    Claim("MIR lowers the validation loss at every size", GAIN, treat=MIR, base=WD, cells="size",
-          pair_by=("U", "seed"), fmt="{:.4f}"),
+    Claim("MIR lowers the validation loss at every size", GAIN, **MIR_VS_WD, cells="size", pair_by=("U", "seed"),
+          fmt="{:.4f}"),
     Claim("MIR's gain grows with model size", "~0.019 nats per decade of N (0.006 at 72M, 0.03 at 1.4B)",
-          treat=MIR, base=WD, slope="N", log_x=True, pair_by=("size", "U", "seed")),
+          **MIR_VS_WD, slope="N", log_x=True, pair_by=("size", "U", "seed")),
     Claim("MIR helps most where unique data is scarcest (its gain falls as U grows)",
-          "not stated: the paper reads the gain against N (it grows with size), not against U", treat=MIR, base=WD,
+          "not stated: the paper reads the gain against N (it grows with size), not against U", **MIR_VS_WD,
           slope="U", log_x=True, falls=True, pair_by=("size", "U", "seed")),
-    Claim("MIR lowers the validation loss over the whole grid", GAIN, treat=MIR, base=WD,
-          pair_by=("size", "U", "seed"), fmt="{:.4f}"),
+    Claim("MIR lowers the validation loss over the whole grid", GAIN, **MIR_VS_WD, pair_by=("size", "U", "seed"),
+          fmt="{:.4f}"),
     Claim("MIR lowers the validation loss at every data budget", f"at every size ({GAIN}); not stated by U",
-          treat=MIR, base=WD, cells="U", label="U = {:,}", pair_by=("size", "seed"), fmt="{:.4f}"),
+          **MIR_VS_WD, cells="U", label="U = {:,}", pair_by=("size", "seed"), fmt="{:.4f}"),
     Claim("MIR is worth more unique data (effective-data multiplier)", "~1.3x under the baseline's SoftQ fit",
-          treat=MULT("wd+mir"), base=MULT("wd"), metric="log_m", lower_is_better=False, pair_by=("size", "U"),
-          note="log multiplier by cell, MIR's against the baseline's own cells"),
-    Claim("MIR is worth at least the paper's ~1.3x more unique data", "~1.3x (log 0.262)", treat=MULT("wd+mir"),
-          base=MULT("paper"), metric="log_m", lower_is_better=False, pair_by=("size", "U"),
-          note="log multiplier by cell against ln 1.3 (the one-sample t-test)"),
+          base=MULT("wd"), **MULTIPLIER, note="log multiplier by cell, MIR's against the baseline's own cells"),
+    Claim("MIR is worth at least the paper's ~1.3x more unique data", "~1.3x (log 0.262)", base=MULT("paper"),
+          **MULTIPLIER, note="log multiplier by cell against ln 1.3 (the one-sample t-test)"),
     Claim("SoftQ fits better than Chinchilla", "SoftQ fits best", treat=law("in_sample", "softq"),
-          base=law("in_sample", "chinchilla"), metric="abs_err", cells="method", only=AR_METHODS,
-          pair_by=("size", "U"), fmt="{:.4f}", note="absolute error per seed-averaged cell"),
+          base=law("in_sample", "chinchilla"), **LAW, note="absolute error per seed-averaged cell"),
     Claim("SoftQ extrapolates better than Chinchilla (largest U held out)", "SoftQ extrapolates best",
-          treat=law("extrapolation", "softq"), base=law("extrapolation", "chinchilla"), metric="abs_err",
-          cells="method", only=AR_METHODS, pair_by=("size", "U"), fmt="{:.4f}",
+          treat=law("extrapolation", "softq"), base=law("extrapolation", "chinchilla"), **LAW,
           note="absolute error per held-out cell"),
     Claim("the loss gap between data budgets grows with model size (fan-out)",
           "the gap grows with N (why Chinchilla is mis-specified)", treat={"kind": "fan_gap"}, cells="method",
