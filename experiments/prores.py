@@ -17,8 +17,7 @@ batches: paired); ProRes' ramp as lib/prores_runs.prores_T (the authors' T L = 4
 Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540), DeepNet's for
 the DeepNorm baseline (lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2%
 warm-up and a linear decay to 0 over the last 10% (training_utils.py:75-110); `music` keeps compute in depth,
-not in a large LM head. Claims: lib/prores_claims.py; report: lib/prores_report.py. Runs (finished: skipped;
-interrupted: resumed from their checkpoint): OUT/runs/<norm>-<base|prores>-L<depth>-lr<lr>-i<steps>-s<seed>/.
+not in a large LM head. Claims: lib/prores_claims.py; report: lib/prores_report.py; runs: lib/prores_runs.py.
 """
 
 import argparse
