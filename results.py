@@ -4,6 +4,7 @@ the four experiments' report.json files without training anything.
 
     python results.py            # rewrite RESULTS.md and the README's table
     python results.py --check    # exit 1 if either differs from what the reports give
+                                 # (exit 2: a report.json missing or unreadable, named in one line)
 
 Each report.json (written by experiments/lib/<name>_report.py) carries what this page shows:
 `source` (arXiv id, title), `regime` (our scale and budget, and what differs from the paper),
@@ -39,8 +40,23 @@ SHOWN = {"ladder": (("ladder-proportions", True), ("ladder-headline", True)),
 BEGIN, END = "<!-- results table: made by results.py -->", "<!-- end of results table -->"
 
 
+class ReportError(Exception):
+    """A report.json that is missing or cannot be read: main() says so in one line, exit status 2."""
+
+
 def load(name):
-    return json.loads((RESULTS / name / "report.json").read_text())
+    """RESULTS/NAME/report.json, parsed; a missing or torn one is a ReportError naming it and the fix."""
+    path = RESULTS / name / "report.json"
+    try:
+        rep = json.loads(path.read_text())
+    except (OSError, ValueError) as e:  # (torn: json's ValueError; not UTF-8: UnicodeDecodeError, a ValueError too)
+        rep = e
+    if not isinstance(rep, dict):
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        why = "missing" if isinstance(rep, FileNotFoundError) else "not readable (torn, or not a JSON object)"
+        raise ReportError(f"{shown}: {why}; restore it with git checkout -- {shown}, or rebuild it with python "
+                          f"experiments/{name.split('-')[0]}.py --report-only --out {shown.parent} (from its runs)")
+    return rep
 
 
 def paper_section(i, name, heading, rep):
@@ -126,12 +142,17 @@ def with_table(readme, table):
 def main(argv=None):
     p = ArgumentParser(description="Rebuild RESULTS.md and the README's results table from the experiments' "
                                    "report.json files (no training).")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if either file is out of date")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if either file is out of date (2: a report.json cannot be read)")
     a = p.parse_args(argv)
-    reports = {name: load(name) for name, _ in PAPERS}
-    page = results_page(reports)
     readme_path = ROOT / "README.md"
-    readme = with_table(readme_path.read_text(), readme_table(reports))
+    try:  # every report.json is read before anything is compared or written
+        reports = {name: load(name) for name, _ in PAPERS}
+        page = results_page(reports)
+        readme = with_table(readme_path.read_text(), readme_table(reports))
+    except ReportError as e:
+        print(f"results.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
     stale = [path.name for path, text in ((ROOT / "RESULTS.md", page), (readme_path, readme))
              if not path.exists() or path.read_text() != text]
     if a.check:

@@ -10,7 +10,10 @@ unmasking. A [MASK] row (MIR, MDLM) is never emitted.
 
 A music sample is written beside its checkpoint unless --midi says where. A flag the checkpoint
 would ignore (a text --prompt for music, --steps for an autoregressive model, --midi for text)
-is refused in one line, as is a negative or non-finite --temperature (0 = greedy).
+is refused in one line, as is a negative or non-finite --temperature (0 = greedy), or --tokens over
+1,000,000 (MAX_TOKENS). Above 500 tokens a progress bar shows on stderr; Ctrl-C prints (or, for music,
+writes) the tokens drawn so far, says so in one line and exits 130. A prompt longer than the model's
+context is said in one line: the model reads only its last block_size tokens.
 """
 
 import math
@@ -39,16 +42,42 @@ def real_vocab(ck):
     return cfg["vocab_size"] - (1 if (ck.get("args") or {}).get("mir") or not cfg.get("causal", True) else 0)
 
 
-def generate(model, ck, prompt_ids, n_tokens, samples, temperature, top_k, gen, steps):
+MAX_TOKENS = 1_000_000  # --tokens' cap: one pass of the model a token (~10-20 ms for the default model on a CPU)
+PROGRESS_FROM = 500     # a progress bar on stderr for samples longer than this
+
+
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C during generate(): `partial` holds the ids drawn so far (the prompt and every complete step)."""
+
+    def __init__(self, partial):
+        super().__init__()
+        self.partial = partial
+
+
+def generate(model, ck, prompt_ids, n_tokens, samples, temperature, top_k, gen, steps, progress=False):
     """(samples, len(prompt) + n_tokens) ids: autoregressive for causal models, iterative
-    unmasking (diffusion.sample) for MDLM checkpoints (the prompt is then ignored)."""
+    unmasking (diffusion.sample) for MDLM checkpoints (the prompt is then ignored). Autoregressive:
+    the tokens of GPT.generate, one step at a time into a tensor of the final length (no copy of the
+    whole sample per token), a tqdm bar on stderr with `progress`; Ctrl-C raises Stopped."""
     vocab, device = real_vocab(ck), next(model.parameters()).device
     if not model.config.causal:
         length = min(n_tokens, model.config.block_size)
         return diffusion.sample(model, samples, length, mask_id=vocab, steps=steps or length, generator=gen,
                                 temperature=temperature, vocab_limit=vocab)
-    x = torch.tensor([prompt_ids] * samples, dtype=torch.long, device=device)
-    return model.generate(x, n_tokens, temperature, top_k, generator=gen, vocab_limit=vocab)
+    from tqdm import tqdm
+    n, T = len(prompt_ids), model.config.block_size
+    out = torch.empty(samples, n + n_tokens, dtype=torch.long, device=device)
+    out[:, :n] = torch.tensor(prompt_ids, dtype=torch.long, device=device)
+    t = n
+    with tqdm(total=n_tokens, desc="sampling", unit="token", disable=not progress, file=sys.stderr) as bar:
+        try:
+            for t in range(n, n + n_tokens):
+                out[:, t] = model.generate(out[:, max(0, t - T):t], 1, temperature, top_k, generator=gen,
+                                           vocab_limit=vocab)[:, -1]
+                bar.update()
+        except KeyboardInterrupt:
+            raise Stopped(out[:, :t]) from None
+    return out
 
 
 def main(argv=None):
@@ -61,7 +90,10 @@ def main(argv=None):
                         "for music stages (default: none, from the start token); token ids separated by spaces "
                         "for procedural stages, the task's own text (e.g. '12345+54321=') for task stages "
                         "(default: id 0); MDLM checkpoints take none")
-    p.add_argument("--tokens", type=int, default=200, help="tokens to generate (default: %(default)s)")
+    p.add_argument("--tokens", type=int, default=200,
+                   help=f"tokens to generate, at most {MAX_TOKENS:,}: each is one pass of the model (~10-20 ms for "
+                        "the default model on a CPU: a million take hours); a progress bar on stderr above "
+                        f"{PROGRESS_FROM}; Ctrl-C keeps the tokens drawn so far (default: %(default)s)")
     p.add_argument("--samples", type=int, default=1, help="how many samples (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=0.8,
                    help="softmax temperature, zero or more; 0 = greedy (always the most likely token) "
@@ -83,6 +115,9 @@ def main(argv=None):
     for flag in ("tokens", "samples", "steps"):
         if getattr(args, flag) is not None and getattr(args, flag) <= 0:
             p.error(f"--{flag} must be positive, got {getattr(args, flag)}")
+    if args.tokens > MAX_TOKENS:
+        p.error(f"--tokens {args.tokens:,} is more than the cap of {MAX_TOKENS:,} (each token is one pass of the "
+                f"model: a million take hours on a CPU); give --tokens {MAX_TOKENS} or fewer, several runs for more")
     if not math.isfinite(args.temperature) or args.temperature < 0:
         p.error(f"--temperature must be a finite number, zero or more (0 = greedy), got {args.temperature}")
     if args.top_k is not None and args.top_k < 0:
@@ -97,6 +132,10 @@ def main(argv=None):
     except UserError as e:
         print(f"sample.py: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as e:  # Stopped's partial sample is printed or written, and says so, in sample()
+        print(f"sample.py: {e.args[0] if e.args else 'interrupted (Ctrl-C); nothing more printed or written'}",
+              file=sys.stderr)
+        sys.exit(130)
 
 
 def write_piano_roll(notes, path, title="", ax=None):
@@ -141,16 +180,19 @@ def sample(args):
         enc = text_encoding(args.cache_dir)
         prompt = "\n" if args.prompt is None else args.prompt
         ids = enc.encode(prompt, allowed_special={"<|endoftext|>"}) or [enc.eot_token]
-        for row in generate(model, ck, ids, args.tokens, args.samples, args.temperature, top_k, gen, args.steps).tolist():
+        y, stopped = draw(args, model, ck, ids, top_k, gen)
+        for row in y.tolist():
             print(enc.decode(row))
             print("-" * 60)
+        if stopped:
+            raise KeyboardInterrupt(f"{stopped}: printed them above")
         return
     if kind == "music":
         from data import music
         from data.midi import midi_to_notes
         out = music_output(args.midi, args.checkpoint)  # refused before sampling, not after
         ids = music_prompt(args.prompt)
-        y = generate(model, ck, ids, args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
+        y, stopped = draw(args, model, ck, ids, top_k, gen)
         for i, row in enumerate(y.tolist()):
             path = out if args.samples == 1 else out.with_name(f"{out.stem}-{i}{out.suffix}")
             mid = music.decode(row)
@@ -160,6 +202,8 @@ def sample(args):
             notes = sum(1 for t in mid.tracks for m in t if m.type == "note_on" and m.velocity > 0)
             roll = write_piano_roll(midi_to_notes(path), path.with_suffix(".png"), f"sampled: {path.name}")
             print(f"wrote {path}: {notes} notes, {mid.length:.1f} s (piano roll: {roll})")
+        if stopped:
+            raise KeyboardInterrupt(f"{stopped}: wrote them (above)")
         return
     # procedural / task / other vocabularies: the ids, decoded where the stage's module can
     decode = None
@@ -168,9 +212,27 @@ def sample(args):
         ids = [0] if args.prompt is None else task_prompt(args.prompt)
     else:
         ids = [0] if args.prompt is None else id_prompt(args.prompt, real_vocab(ck))
-    y = generate(model, ck, ids, args.tokens, args.samples, args.temperature, top_k, gen, args.steps)
+    y, stopped = draw(args, model, ck, ids, top_k, gen)
     for row in y.tolist():
         print(decode(row) if decode else " ".join(map(str, row)))
+    if stopped:
+        raise KeyboardInterrupt(f"{stopped}: printed them above")
+
+
+def draw(args, model, ck, ids, top_k, gen):
+    """(ids, None) of generate() for the command, or (the ids drawn so far, what was drawn) after Ctrl-C; a
+    prompt longer than the model's context is said in one line (the model reads only its last block_size)."""
+    T = model.config.block_size
+    if model.config.causal and len(ids) > T:
+        print(f"sample.py: note: the prompt is {len(ids):,} tokens, more than the model's context: it reads the last "
+              f"{T} of them (the first {len(ids) - T:,} are printed, not read); give a shorter --prompt to see all of "
+              "it read", file=sys.stderr)
+    try:
+        return generate(model, ck, ids, args.tokens, args.samples, args.temperature, top_k, gen, args.steps,
+                        progress=args.tokens > PROGRESS_FROM), None
+    except Stopped as e:
+        done = e.partial.shape[1] - len(ids)
+        return e.partial, f"interrupted (Ctrl-C) after {done:,} of {args.tokens:,} tokens"
 
 
 def check_flags(args, model, kind):

@@ -244,6 +244,20 @@ def write_merged(path, ck):
         raise UserError(f"-o {path}: cannot write it ({getattr(e, 'strerror', None) or e}); choose a writable path") from None
 
 
+def check_not_overwriting(output, inputs, force):
+    """-o must not be one of the merge's inputs ({flag name: path}; compared as resolved paths), which it
+    would replace, nor an existing file unless `force`: a UserError of one line, before anything is read."""
+    from pathlib import Path
+    from data.common import UserError
+    out = Path(output).resolve()
+    same = [f"--{g}" for g, p in inputs.items() if Path(p).resolve() == out]
+    if same:
+        raise UserError(f"-o {output}: is the merge's {' and '.join(same)} input, which it would replace; write the "
+                        f"merge to another path, e.g. -o {out.with_name(out.stem + '-merged.pt')}")
+    if out.exists() and not force:
+        raise UserError(f"-o {output}: the file exists; give another path, or add --force to replace it")
+
+
 def main(argv=None):
     from data.common import ArgumentParser, UserError, check_output
     p = ArgumentParser(prog="transfer.py", description="Weight surgery on train.py checkpoints.")
@@ -253,13 +267,16 @@ def main(argv=None):
     for g in GROUPS:
         m.add_argument(f"--{g}", default=None, metavar="CKPT", help=f"take the {g} group from CKPT")
     m.add_argument("--base", default=None, help="where the groups nobody names come from (default: the first given)")
-    m.add_argument("-o", "--output", required=True, help="the merged checkpoint to write")
+    m.add_argument("-o", "--output", required=True,
+                   help="the merged checkpoint to write: not one of its inputs, nor an existing file unless --force")
+    m.add_argument("--force", action="store_true", help="replace the -o file if it exists (never one of the inputs)")
     a = p.parse_args(argv)
     paths = {g: getattr(a, g) for g in GROUPS if getattr(a, g)}
     if not paths:
         m.error("name at least one group, e.g. --attn A.pt --mlp B.pt")
     try:
         check_output(a.output)
+        check_not_overwriting(a.output, {**paths, **({"base": a.base} if a.base else {})}, a.force)
         write_merged(a.output, merge_checkpoints(paths, a.base))
     except (UserError, ValueError) as e:
         one_line = str(e).replace(":\n  ", ": ").replace("\n  ", "; ")  # transfer's list of tensors

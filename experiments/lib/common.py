@@ -44,7 +44,7 @@ class Run:
 def add_sweep_args(p, default_out):
     """The flags every experiment script has."""
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
-    p.add_argument("--out", type=writable_folder, default=None,
+    p.add_argument("--out", type=lambda v: own_out(writable_folder(v), Path(default_out).name), default=None,
                    help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
     p.add_argument("--jobs", type=positive_int, default=2,
                    help="runs at a time, each with --threads threads (default 2: on 2 cores two 1-thread runs "
@@ -57,6 +57,16 @@ def add_sweep_args(p, default_out):
     p.add_argument("--report-only", action="store_true",
                    help="no training: rebuild the report from the finished runs in OUT/runs, or, where there are "
                         "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")
+
+
+def own_out(out, name):
+    """--out (a type) must not hold another experiment's report, its provenance's experiments/<other>.py."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, IndexError):  # no readable report: no owner
+        script = Path(json.loads((Path(out) / "report.json").read_text())["provenance"]["command"].split()[1])
+        if script.parent.name == "experiments" and script.stem != name:
+            raise UserError(f"--out {out}: holds experiments/{script.name}'s report, which {name} would overwrite; "
+                            "give another --out")
+    return out
 
 
 def reused_report(folder):
