@@ -6,28 +6,151 @@ weights_only=True, checked against the model and the flags before anything is re
     OUT/stage<i>-<name>.pt each finished stage's weights, what the next stage starts from
     OUT/metrics.jsonl      one JSON event per line (train / eval / stage_end)
     OUT/.lock              "PID START HOST" of the run training into OUT, while it runs (RunLock)
+
+A write that fails leaves no temporary file and the previous file as it was; one that fails for lack of
+space (a full disk, a quota) is a DiskFull: one line naming the folder, the space it needs and that
+--resume continues once space is freed.
 """
 
+import errno
 import json
 import os
 import re
+import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from data.common import UserError, atomic_write_bytes
+from data.common import UserError, _tmp_name, atomic_write_bytes
 
 # flags that do not change what a run computes: a resumed run may differ in these
 RESUMABLE_WITH_OTHER = {"resume", "baseline", "no_progress", "no_plot", "threads", "out", "cache_dir", "data_dir",
                         "compile", "device", "log_interval", "loss_impl"}
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(UserError):
+    """A run's file could not be written for lack of space: the previous files are intact."""
+
+
+def no_space(e):
+    """Whether an exception is a write that failed for lack of space (a full disk or quota)."""
+    return isinstance(e, OSError) and e.errno in NO_SPACE
+
+
+def _size(n):
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} kiB"
+
+
+def disk_full(path, need):
+    """The DiskFull of a failed write of `path` that needed about `need` bytes: the folder, its free space,
+    the space to free (`need`, or the size of its ckpt.pt, which the run writes again at its next
+    checkpoint, if larger), what is kept, and that --resume continues once space is freed."""
+    folder, kept = Path(path).parent, Path(path).parent / "ckpt.pt"
+    try:
+        free = f"{_size(shutil.disk_usage(folder).free)} free"
+    except OSError:
+        free = "its free space unknown"
+    need = max(need, kept.stat().st_size if kept.exists() else 0)
+    return DiskFull(f"no space left on the disk of {folder} ({free}) to write {Path(path).name}: free at least "
+                    f"{_size(need)} there, then run the same command with --resume to continue "
+                    + (f"(the last checkpoint {kept} is kept)" if kept.exists() else "(nothing was saved yet)"))
+
+
+def _tensor_bytes(obj):
+    """The bytes of the tensors in a (nested) checkpoint dict: what torch.save writes, less a little."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+class _Recording:
+    """A file as torch.save writes it, keeping the exception of a failed write: torch reports that only
+    as RuntimeError('[enforce fail at inline_container.cc] . unexpected pos ...')."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, b):
+        try:
+            return self.f.write(b)
+        except BaseException as e:
+            self.error = e
+            raise
+
+    def flush(self):
+        self.f.flush()
+
+
 def save_checkpoint(path, obj):
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """torch.save to a temporary name, synced, then renamed over `path`: a reader never sees half a file.
+    A failed write removes the temporary file, leaves `path` as it was and raises the OSError of the
+    write (which torch.save turns into RuntimeError '... unexpected pos ...')."""
+    path, tmp = Path(path), _tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            w = _Recording(f)
+            try:
+                torch.save(obj, w)
+            except RuntimeError:
+                if w.error is not None:
+                    raise w.error from None
+                raise
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def save_run_checkpoint(path, obj):
+    """save_checkpoint of a run's file (OUT/ckpt.pt, OUT/stage<i>-<name>.pt): for lack of space a DiskFull
+    naming the space needed (the checkpoint's tensors, or OUT/ckpt.pt's size if larger)."""
+    try:
+        save_checkpoint(path, obj)
+    except OSError as e:
+        if no_space(e):
+            raise disk_full(path, _tensor_bytes(obj)) from None
+        raise
+
+
+def write_atomic(path, data):
+    """atomic_write_bytes for the run's files: a failed write removes its temporary file (the old file
+    stays); for lack of space it is a DiskFull."""
+    try:
+        atomic_write_bytes(path, data)
+    except BaseException as e:
+        _tmp_name(path).unlink(missing_ok=True)
+        if no_space(e):
+            raise disk_full(path, len(data)) from None
+        raise
+
+
+# the temporary names of the run's own files (save_checkpoint, write_atomic, train.plot_losses): a process
+# killed while writing one leaves it behind
+TEMP_FILES = (".ckpt.pt.tmp-*", ".stage*.pt.tmp-*", ".summary.json.tmp-*", ".metrics.jsonl.tmp-*",
+              ".loss.png.tmp-*", ".loss.tmp.png")
+
+
+def remove_stale_temp_files(out):
+    """Delete the temporary files a killed run left in `out` (only the run holding its lock calls this, so
+    no live process is writing them); says which."""
+    gone = sorted({f for pattern in TEMP_FILES for f in Path(out).glob(pattern) if f.is_file()})
+    for f in gone:
+        f.unlink(missing_ok=True)
+    if gone:
+        print(f"{out}: removed {len(gone)} temporary file(s) a stopped run left behind "
+              f"({', '.join(f.name for f in gone[:3])}{', ...' if len(gone) > 3 else ''})")
 
 
 def load_checkpoint(path, map_location="cpu"):
@@ -133,20 +256,33 @@ def check_resume_args(saved, args, path):
 
 def trim_metrics(path, resume):
     """Start metrics.jsonl afresh, or on resume keep only the events up to the checkpoint
-    (a killed run may have logged steps after it; the resumed run logs them again)."""
+    (a killed run may have logged steps after it; the resumed run logs them again). A last line
+    cut off (a run killed, or a disk filled, while writing it) is dropped with a warning; a damaged
+    line before it is a UserError naming the line."""
     if resume is None:
         Path(path).unlink(missing_ok=True)
         return
     if not Path(path).exists():
         return
+    lines = [ln for ln in Path(path).read_bytes().decode("utf-8", "replace").splitlines(keepends=True) if ln.strip()]
     keep = []
-    for line in open(path):
-        e = json.loads(line)
+    for n, line in enumerate(lines, 1):
+        try:
+            e = json.loads(line)
+            assert isinstance(e, dict) and "event" in e
+        except (ValueError, AssertionError):
+            if n < len(lines):
+                raise UserError(f"--resume: {path} line {n} is not a JSON event, and lines follow it: the log is "
+                                "damaged there; delete that line (the log loses that event) and run the same "
+                                "command again, or give a fresh --out") from None
+            print(f"warning: {path}: its last line is cut off (the run was stopped while writing it); dropped it",
+                  file=sys.stderr)
+            break
         si, it = e.get("stage_index", -1), e.get("iter", 0)
         if si < resume["stage_index"] or (si == resume["stage_index"] and e["event"] != "stage_end"
                                           and it <= resume["iter"]):
-            keep.append(line)
-    atomic_write_bytes(path, "".join(keep).encode())
+            keep.append(line if line.endswith("\n") else line + "\n")
+    write_atomic(path, "".join(keep).encode())
 
 
 def check_device(name, flag="--device"):
@@ -197,7 +333,10 @@ class RunLock:
     """OUT/.lock: one live run per folder. acquire() creates it atomically (O_CREAT|O_EXCL) holding
     "PID START HOST" (START: the process's start time, so a reused PID is not mistaken for the
     run); a lock whose process is gone (killed with -9, a crash) is taken over, saying so; a live
-    one is a UserError naming its PID. release() removes it only if it is still this process's."""
+    one is a UserError naming its PID. release() removes it only if it is still this process's.
+    A lock that cannot be written for lack of space is a DiskFull of one line (the empty file removed):
+    the run is refused, not run unlocked, since it could save no checkpoint either; --resume continues it
+    once space is freed."""
 
     def __init__(self, out):
         self.out, self.path, self.mine = Path(out), Path(out) / ".lock", None
@@ -222,14 +361,34 @@ class RunLock:
                     print(f"{self.out}: taking over the lock of run PID {pid or '?'}, which is no longer running")
                 continue
             except OSError as e:
-                raise UserError(f"--out {self.out}: cannot write in this folder ({e.strerror}); give a folder "
-                                "you can write to") from None
-            with os.fdopen(fd, "w") as f:
-                f.write(me)
+                raise self._cannot_write(e) from None
+            try:
+                os.write(fd, me.encode())
+            except OSError as e:  # (a full disk: an empty lock would only be taken over as stale)
+                self._unlink_own(fd)
+                raise self._cannot_write(e) from None
+            finally:
+                os.close(fd)
             self.mine = me
             return
         raise UserError(f"--out {self.out}: other processes keep taking and dropping its lock {self.path}; "
                         "give another --out")
+
+    def _cannot_write(self, e):
+        """The UserError of a lock that cannot be written. On a full disk the run is refused rather than
+        run unlocked: it could save no checkpoint either; once space is freed --resume continues it."""
+        if no_space(e):
+            return disk_full(self.path, 2**20)
+        return UserError(f"--out {self.out}: cannot write in this folder ({e.strerror}); give a folder you can "
+                         "write to")
+
+    def _unlink_own(self, fd):
+        """Remove the lock file this process created (fd), unless another process has replaced it since."""
+        try:
+            if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                self.path.unlink()
+        except OSError:
+            pass
 
     def release(self):
         if self.mine is not None and self._read(wait=False) == self.mine:
@@ -300,9 +459,9 @@ def _alive(pid, start, host):
 
 
 def claim_out_folder(args, out, lock):
-    """Create --out, take its lock, and check it holds no other run's files (check_out_folder).
-    Returns the folders this made (deepest first), which a run that fails before it writes
-    anything removes again (remove_empty)."""
+    """Create --out, take its lock, check it holds no other run's files (check_out_folder), and delete
+    the temporary files a killed run of it left (remove_stale_temp_files). Returns the folders this made
+    (deepest first), which a run that fails before it writes anything removes again (remove_empty)."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder; give a folder for the run's files")
     made = [d for d in (out, *out.parents) if not d.exists()]
@@ -314,6 +473,7 @@ def claim_out_folder(args, out, lock):
     try:
         lock.acquire()
         check_out_folder(args, out)
+        remove_stale_temp_files(out)
     except BaseException:
         lock.release()
         remove_empty(made)
@@ -346,8 +506,13 @@ class MetricsLog:
     def write(self, event):
         if self.active:
             self.open()
-            self.f.write(json.dumps(event) + "\n")
-            self.f.flush()
+            try:
+                self.f.write(json.dumps(event) + "\n")
+                self.f.flush()
+            except OSError as e:  # (a line cut off by it is dropped on --resume: trim_metrics)
+                if no_space(e):
+                    raise disk_full(self.path, 2**20) from None  # (a MiB of events, or the next checkpoint)
+                raise
 
     def close(self):
         if self.f is not None:

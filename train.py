@@ -11,7 +11,8 @@ Distributed:      torchrun --standalone --nproc_per_node=2 train.py --stages poe
                   (DDP; gloo on CPU, nccl on GPU; --batch-size is per process)
 Experiments call `run(parse_args([...]))`, which returns the summary dict.
 One live run per --out folder (OUT/.lock, checkpoint.RunLock); a run that fails before it writes anything
-leaves its folder as it found it.
+leaves its folder as it found it. Ctrl-C or `kill PID` (SIGTERM) saves the step in flight and says how to
+resume; a full disk is one line (checkpoint.DiskFull), the last checkpoint kept.
 """
 
 import argparse
@@ -36,9 +37,9 @@ import mir
 import prores
 import transfer
 from batches import get_batch, load_corpus, row_generators, stage_iters, task_accuracy, unigram_perplexity
-from checkpoint import (MetricsLog, RunLock, check_device, check_resume_args, claim_out_folder, load_model,
-                        load_state_checked, model_config, read_checkpoint, remove_empty, save_checkpoint,
-                        stage_file)
+from checkpoint import (NO_SPACE, MetricsLog, RunLock, check_device, check_resume_args, claim_out_folder,
+                        load_model, load_state_checked, model_config, read_checkpoint, remove_empty,
+                        save_run_checkpoint, stage_file, write_atomic)
 from data.common import UserError, atomic_write_bytes, cache_dir
 from flags import parse_args
 from model import GPT, GPTConfig, group_of
@@ -261,6 +262,49 @@ def check_inputs(args, env):
     cache_dir(args.cache_dir)
 
 
+def check_stages(args, env, stages, first=0):
+    """Every stage from `first` on, before any of them trains: its corpus loads (prepared once: rank 0
+    first, the others then read the cache), its step fits in memory (check_step_fits) and its data hold a
+    window of --block-size + 1 tokens in each split (check_windows): else a UserError of one line, not one at
+    the first batch or evaluation, steps or stages later. A stage shorter than its warm-up is a warning.
+    Returns the stages' steps (those from `first` on)."""
+    steps, short = [], []
+    for name in stages[first:]:
+        if env.world > 1 and not env.master:
+            dist.barrier()
+        corpus = load_corpus(name, args)
+        if env.world > 1 and env.master:
+            dist.barrier()
+        check_step_fits(args, corpus, corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size)
+        check_windows(corpus, name, args.block_size)
+        steps.append(stage_iters(args, corpus, args.batch_size * args.grad_accum * env.world))
+        if 1 < steps[-1] < args.warmup_iters:  # (a stage of one step has no warm-up: lr_at gives it --lr)
+            short.append(f"{name!r} ({steps[-1]} steps)")
+    if short and env.master:
+        print(f"warning: --warmup-iters {args.warmup_iters} is longer than {'stages' if len(short) > 1 else 'stage'} "
+              f"{', '.join(short)}: the learning rate rises over all but the last step, reaches --lr only there and "
+              "never decays; give --warmup-iters below the stage's steps (e.g. a tenth of them)", file=sys.stderr)
+    return steps
+
+
+def check_windows(corpus, name, block_size):
+    """The split of a corpus whose token stream is too short for get_batch's windows of block_size + 1
+    tokens is a UserError naming the stage, the split and the largest --block-size that fits. Record
+    corpora (one record a row: load_corpus checks their length), a stream's fresh training records and
+    chunks of exactly block_size + 1 tokens need no check."""
+    if corpus.info.get("seq_len"):
+        return
+    sizes = {"train": len(corpus.train), "val": len(corpus.val)}
+    if corpus.info.get("stream") or corpus.info.get("chunk_len") == block_size + 1:
+        del sizes["train"]
+    short = {split: n for split, n in sizes.items() if n <= block_size + 1}
+    if short:
+        has = " and ".join(f"{split} split has {n:,} tokens" for split, n in short.items())
+        fits = min(sizes.values()) - 2
+        raise UserError(f"stage {name!r}: its {has}, too few for one window of --block-size {block_size} + 1 tokens; "
+                        + (f"give --block-size {fits:,} or less, or more data" if fits > 0 else "give it more data"))
+
+
 def open_run(args, out, stages, env):
     """(resume checkpoint or None, stage summaries so far, the weights the next stage starts
     from): --resume checks that the checkpoint is a run of these stages and flags. Writes nothing."""
@@ -287,36 +331,44 @@ def open_run(args, out, stages, env):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C in the training loop, after the step in flight finished and was checkpointed (to `ckpt`)."""
+    """Ctrl-C (or SIGTERM: signum) in the training loop, after the step in flight finished and was
+    checkpointed (to `ckpt`)."""
 
-    def __init__(self, message, ckpt=None):
+    def __init__(self, message, ckpt=None, signum=signal.SIGINT):
         super().__init__(message)
-        self.ckpt = ckpt
+        self.ckpt, self.signum = ckpt, signum
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`) where it stops at once: outside the training loop, or a second one in it. A
+    KeyboardInterrupt, so that every `finally` runs (the lock released, no temporary file left)."""
+    signum = signal.SIGTERM
 
 
 class CtrlC:
-    """Turns the first Ctrl-C during training into a request the loop honours between steps
-    (checkpoint, then Interrupted), so an interrupted run resumes exactly; a second Ctrl-C
-    stops at once. Single process only: under torchrun the ranks would not agree on the step."""
+    """Turns the first Ctrl-C or SIGTERM during training into a request the loop honours between steps
+    (checkpoint, then Interrupted), so an interrupted run resumes exactly; a second one stops at once.
+    Single process only: under torchrun the ranks would not agree on the step."""
 
     def __init__(self, active):
-        self.active, self.asked, self._old = active, False, None
+        self.active, self.asked, self.signum, self._old = active, False, None, {}
 
     def _handler(self, signum, frame):
         if self.asked:
-            raise KeyboardInterrupt
-        self.asked = True
-        print("\nCtrl-C: finishing this step and saving a checkpoint (Ctrl-C again to stop at once)",
-              file=sys.stderr, flush=True)
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        self.asked, self.signum = True, signum
+        print(f"\n{'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C'}: finishing this step and saving a "
+              "checkpoint (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
 
     def __enter__(self):
         if self.active:
-            self._old = signal.signal(signal.SIGINT, self._handler)
+            self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def __exit__(self, *exc):
-        if self.active:
-            signal.signal(signal.SIGINT, self._old)
+        for s, old in self._old.items():
+            signal.signal(s, old)
+        self._old = {}
 
 
 @dataclass
@@ -353,7 +405,6 @@ def setup_stage(args, env, si, name, prev, resume, prores_T_run):
         dist.barrier()
     objective = make_objective(args, corpus.vocab_size)
     seq_len = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
-    check_step_fits(args, corpus, seq_len)
     torch.manual_seed(args.seed + si)
     model, cfg, dtype, blocks_trained = build_model(args, corpus, objective, prev, env.device, env.master)
     model.to(env.device)
@@ -595,11 +646,14 @@ def train_curriculum(args, env, out):
     stages = args.stages.split(",")
     resume, summaries, prev = open_run(args, out, stages, env)
     prores_T_run = None  # --prores-scope run with T auto: one T from the whole run's steps
-    if args.prores and args.prores_scope == "run" and args.prores_T == "auto":
-        total = sum(stage_iters(args, load_corpus(n, args), args.batch_size * args.grad_accum * world) for n in stages)
-        prores_T_run = max(1, round(total / (2 * args.n_layer)))
+    whole_run = args.prores and args.prores_scope == "run" and args.prores_T == "auto"
+    steps = check_stages(args, env, stages, 0 if whole_run or resume is None else resume["stage_index"])
+    if whole_run:
+        prores_T_run = max(1, round(sum(steps) / (2 * args.n_layer)))
     t_start, seconds_before = time.time(), (resume or {}).get("seconds", 0.0)  # earlier parts of a resumed run
     log = MetricsLog(out / "metrics.jsonl", resume, env.master)
+    if resume is not None:
+        log.open()  # its log trimmed to the checkpoint (a damaged line said) before any step
 
     def emit(**event):
         log.write(event)
@@ -607,7 +661,7 @@ def train_curriculum(args, env, out):
     def checkpoint(S, it, stage_index):
         if env.master:
             log.open()  # (a resumed run's log is trimmed to its checkpoint before a newer one is saved)
-            save_checkpoint(out / "ckpt.pt", {
+            save_run_checkpoint(out / "ckpt.pt", {
                 "model": S.model.state_dict(), "optimizer": S.optimizer.state_dict(),
                 "scaler": S.scaler.state_dict(), "rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else [],
@@ -674,7 +728,8 @@ def train_curriculum(args, env, out):
                     if done % args.eval_interval and done != S.iters:
                         checkpoint(S, done, si)
                     bar.close()
-                    raise Interrupted(f"step {done} of stage {si + 1}/{len(stages)} ({name})", out / "ckpt.pt")
+                    raise Interrupted(f"step {done} of stage {si + 1}/{len(stages)} ({name})", out / "ckpt.pt",
+                                      ctrl_c.signum)
         bar.close()
         iters = S.plateau["stopped_at"] or S.iters
         if last_eval is None:  # a resumed stage that had already finished its steps
@@ -701,7 +756,7 @@ def train_curriculum(args, env, out):
                 "vocab": S.corpus.vocab_size, "objective": S.objective.name,
                 "mask_id": S.corpus.vocab_size if S.objective.extra_tokens else None}
         if env.master:
-            save_checkpoint(stage_file(out, si, name), prev)
+            save_run_checkpoint(stage_file(out, si, name), prev)
             print_table([summary])  # this stage's row, as it ends
         # one atomic write moves the run on: the next stage at step 0 (stage_index == number
         # of stages: the run is finished), with this stage's summary recorded
@@ -713,7 +768,7 @@ def train_curriculum(args, env, out):
               "seconds": seconds_before + time.time() - t_start, "args": vars(args)}
     if env.master:
         log.open()  # (a resumed run that had finished: its log as it was)
-        atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())
+        write_atomic(out / "summary.json", json.dumps(result, indent=2).encode())
         if len(summaries) > 1:
             print("\nthe whole run:")
             print_table(summaries)
@@ -777,18 +832,38 @@ def plot_losses(out):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = Path(out) / ".loss.tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, Path(out) / "loss.png")
-    plt.close(fig)
+    tmp = Path(out) / f".loss.png.tmp-{os.getpid()}"
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, Path(out) / "loss.png")
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
+
+
+def terminate(signum, frame):
+    """train.py's SIGTERM outside the training loop (where CtrlC takes it): stop as a Ctrl-C would."""
+    raise Terminated
 
 
 def main(argv=None):
+    """train.py: run, with a UserError (a full disk included) as one line and exit 2, and Ctrl-C or SIGTERM
+    (`kill PID`) as a line saying how to resume, exit 130 or 143 (128 + the signal)."""
     args = parse_args(argv)
+    try:
+        old_term = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread: signals stay as they are
+        old_term = None
     try:
         run(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:
+        if e.errno not in NO_SPACE:
+            raise
+        print(f"error: no space left on the disk{' of ' + str(e.filename) if e.filename else ''}: free some space, "
+              f"then run the same command with --resume to continue", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as e:
         ckpt = getattr(e, "ckpt", None) or Path(args.out) / "ckpt.pt"  # (--baseline: OUT/baseline's)
@@ -800,7 +875,10 @@ def main(argv=None):
                   file=sys.stderr)
         else:
             print("\ninterrupted before the first step: nothing was saved", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + getattr(e, "signum", signal.SIGINT))
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
 
 
 if __name__ == "__main__":
