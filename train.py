@@ -40,7 +40,7 @@ from batches import get_batch, load_corpus, row_generators, stage_iters, task_ac
 from checkpoint import (NO_SPACE, MetricsLog, RunLock, check_device, check_resume_args, claim_out_folder,
                         load_model, load_state_checked, model_config, read_checkpoint, remove_empty,
                         save_run_checkpoint, stage_file, write_atomic)
-from data.common import UserError, atomic_write_bytes, cache_dir
+from data.common import UserError, cache_dir
 from flags import parse_args
 from model import GPT, GPTConfig, group_of
 
@@ -613,7 +613,7 @@ def with_baseline(args, env, out, result):
                      "tokens": s["tokens"], "change": cur["val_ppl"] / s["val_ppl"] - 1})
     result["baseline"] = {"stage": last, "curriculum": cur, "arms": arms}
     if env.master:
-        atomic_write_bytes(out / "summary.json", json.dumps(result, indent=2).encode())
+        write_atomic(out / "summary.json", json.dumps(result, indent=2).encode())
         print(baseline_table(last, cur, arms))
     return result
 
