@@ -635,6 +635,9 @@ def baseline_table(last, cur, arms):
                         if m["val_ppl"] <= cur["val_ppl"] else
                         f"higher ({m['val_ppl']:.1f} vs {cur['val_ppl']:.1f}): the curriculum's gain is more than "
                         "its extra training") + " (one seed; experiments/ladder.py --preset headline reads five)")
+    else:  # one stage from --init-from: the steps that made the checkpoint are not known here
+        lines.append("no compute-matched arm: the steps that made --init-from's checkpoint are not known here, so "
+                     "the change above leaves them out; train every stage in one run (--stages a,b) to get one")
     return "\n".join(lines)
 
 

@@ -119,6 +119,16 @@ def test_the_compute_matched_arm_trains_exactly_the_curriculums_steps(cache, two
     assert "every flag but --prores, --iters " + str(sum(steps)) in capsys.readouterr().out
 
 
+def test_a_baseline_from_init_from_says_it_has_no_compute_matched_arm(cache, two_texts, tmp_path, capsys):
+    """One stage from --init-from: the checkpoint's own steps are not known, so no compute-matched arm, said."""
+    a, b = two_texts
+    run(tmp_path / "pre", "--stages", f"text:{a}")
+    s = run(tmp_path / "cont", "--stages", f"text:{b}", "--baseline", "--init-from",
+            str(next((tmp_path / "pre").glob("stage0-*.pt"))))
+    assert [x["arm"] for x in s["baseline"]["arms"]] == ["same budget"]
+    assert "no compute-matched arm: the steps that made --init-from's checkpoint" in capsys.readouterr().out
+
+
 def test_baseline_of_a_single_stage_from_scratch_is_refused(capsys):
     with pytest.raises(SystemExit) as e:
         parse_args(["--stages", "prose", "--baseline"])
