@@ -36,8 +36,7 @@ import torch  # noqa: E402
 
 from batches import keep_unique_tokens, load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
-from experiments.lib import data_constrained_report as rep  # noqa: E402
-from experiments.lib import data_constrained_scan as sc  # noqa: E402
+from experiments.lib import data_constrained_report as rep, data_constrained_scan as sc  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
 from experiments.lib.common import (Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
                                     read_summary, reused_report, run_sweep)

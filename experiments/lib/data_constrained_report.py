@@ -1,8 +1,7 @@
 """
-The data-constrained report (experiments/data_constrained.py, phase 4): `collect` reads the run folders
-(full-validation losses, the laws of scaling.py per method, the per-token gain); `render` writes report.md,
-report.json, runs.csv and the PNGs from those records alone (a rebuild from report.json is byte-identical),
-the claims (experiments/lib/data_constrained_claims.py) read by the one rule of experiments/lib/claims.py.
+The data-constrained report (experiments/data_constrained.py, phase 4): `collect` reads the run folders, `render`
+writes the report from those records alone (a rebuild from report.json is byte-identical), the claims
+(experiments/lib/data_constrained_claims.py) read by the one rule of experiments/lib/claims.py.
 """
 
 import argparse
@@ -141,13 +140,6 @@ def regime(a, records):
             "decay tuned 0.4-3.2; its MIR gains (0.006-0.03 nats) are of the order of our seed spread.")
 
 
-def csv_text(runs):
-    f = io.StringIO(newline="")
-    csv.writer(f).writerows([["N", "U", "D", "loss", "method", "seed"]] + [
-        [r["N"], r["U_true"], r["D"], repr(float(r["loss"])), r["method"], r["seed"]] for r in runs])
-    return f.getvalue()
-
-
 def f3(x, f="{:.3f}"):
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f.format(x)
 
@@ -170,8 +162,11 @@ def render(records, out):
     recs = dcc.records({"runs": records["runs"], "law_errors": le, "multipliers": mult})
     verdicts = read_all(dcc.CLAIMS, recs, {c.claim: note for c in dcc.CLAIMS if c.metric == "log_m"})
     for method in [None] + a.methods:  # runs.csv, runs-<method>.csv
+        csv.writer(f := io.StringIO(newline="")).writerows([["N", "U", "D", "loss", "method", "seed"]] + [
+            [r["N"], r["U_true"], r["D"], repr(float(r["loss"])), r["method"], r["seed"]]
+            for r in done(records, method)])
         atomic_write_bytes(out / (f"runs-{method.replace('+', '_')}.csv" if method else "runs.csv"),
-                           csv_text(done(records, method)).encode())
+                           f.getvalue().encode())
     text = "\n".join(
         [f"# Data-constrained pre-training: MIR, strong decay, masked diffusion, scaling laws{' (--quick)' * a.quick}",
          "", provenance_line(prov), "", f"Xu et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}.",
