@@ -16,10 +16,9 @@ The default: HAYSTACK after no pre-training, Dyck and shuffled Dyck, 3 seeds; th
 report in experiments/results/procedural); --cells makes any other (multiplication: their 4-layer d = 512
 model at batch 64).
 
-Runs live in OUT/runs/<name>/ (a finished run is skipped, an interrupted one resumed): pre-training and the
-baselines, the merges, the rest seed by seed; OUT/pretrained/ keeps the pre-trained models for --reuse. Claims
-and report: lib/procedural_claims.py, lib/procedural_report.py. The table preset of experiments/results/
-procedural-table is no longer run; --report-only rebuilds it.
+Runs live in OUT/runs/<name>/ (a finished run is skipped, an interrupted one resumed); OUT/pretrained/ keeps the
+pre-trained models for --reuse. Claims and report: lib/procedural_claims.py, lib/procedural_report.py. The table
+preset of experiments/results/procedural-table is no longer run; --report-only rebuilds it.
 """
 
 import argparse
@@ -31,9 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
 
 from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
-from experiments.lib import common  # noqa: E402
+from experiments.lib import common, procedural_authors as pa  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
-from experiments.lib import procedural_authors as pa  # noqa: E402
 from data.common import UserError  # noqa: E402
 
 # the six claims of the paper's diagnostic table, each cell (task:row[:transfer]) with its own baseline

@@ -4,10 +4,8 @@ accuracy and loss per cell, the pre-training losses, two figures. Jiang, Shinnic
 
     runs = collect(a, planned)                      # the finished runs -> report.json's `runs`
     render(a, runs, n_planned, out, provenance)     # -> report.md, report.json, curves.png, accuracy.png
-    rebuild(out)                                    # the same from OUT/report.json alone (no run folders)
-
-The table preset's archive (experiments/results/procedural-table) keeps its own records (row, accuracy,
-token_accuracy, semantic runs); records() reads both.
+    rebuild(out)                                    # the same from OUT/report.json alone (no run folders; the
+                                                    # table preset's archive: its own records, which records() reads)
 """
 
 import argparse
@@ -18,9 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from evaluate import task_scores
-from experiments.lib import common
+from experiments.lib import common, procedural_authors as pa
 from experiments.lib.provenance import hardware, provenance_line
-from experiments.lib import procedural_authors as pa
 from experiments.lib.claims import MIN_N, RULE, arms as claim_arms, check_lines, fmt_mean_std, mean_std, read_all, table
 from experiments.lib.procedural_claims import CLAIMS, records
 
@@ -41,11 +38,10 @@ def record(a, run):
     st = s["stages"][-1]
     r.update(diverged=False, seconds=s["seconds"], val_loss=st["val_loss"], steps=st["iters"], tokens=st["tokens"])
     if run.meta["part"] == "pretrain":
-        r["rows"] = int(run.argv[run.argv.index("--batch-size") + 1])
-        r["unigram_loss"] = math.log(st["unigram_val_ppl"]) if st.get("unigram_val_ppl") else None
-        r.update(best_val_loss=st["best_val_loss"], entropy=pa.entropy(a, run.meta["condition"], run.meta["task"]),
-                 stop_reason=pa.stop_reason(run.argv, st.get("stopped_early"), st["iters"]))
-        return r
+        return dict(r, rows=int(run.argv[run.argv.index("--batch-size") + 1]),
+                    unigram_loss=math.log(st["unigram_val_ppl"]) if st.get("unigram_val_ppl") else None,
+                    best_val_loss=st["best_val_loss"], entropy=pa.entropy(a, run.meta["condition"], run.meta["task"]),
+                    stop_reason=pa.stop_reason(run.argv, st.get("stopped_early"), st["iters"]))
     ev = sorted((e["iter"], e["accuracy"]) for e in common.read_events(run.folder, "eval"))
     sc = task_scores(run.folder, run.meta["task"], a.data_seed, a.task_test)
     r.update(records_seen=st["iters"] * run.meta["batch"], curve=[[it * run.meta["batch"], acc] for it, acc in ev],
