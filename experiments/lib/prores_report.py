@@ -81,10 +81,10 @@ class Data:
         from evaluate import run_corpus, unigram_loss, val_batch
         from flags import parse_args
         args = parse_args(run.argv + ["--out", str(run.folder)])
-        if (args.stages, args.block_size, args.batch_size) != self.key:
+        if (key := (args.stages, args.block_size, args.batch_size)) != self.key:
             corpus = run_corpus(args)
-            self.batch, self.unigram_loss = val_batch(corpus, args.batch_size, args.block_size), unigram_loss(corpus)
-            self.key = (args.stages, args.block_size, args.batch_size)
+            self.key, self.batch = key, val_batch(corpus, args.batch_size, args.block_size)
+            self.unigram_loss = unigram_loss(corpus)
         return args
 
 
@@ -96,8 +96,7 @@ def analyse_run(a, run, data):
     if s is None and not diverged:
         return None
     args, st = data.load(run), (s["stages"][0] if s else {})
-    tr = sorted(read_events(run.folder, "train"), key=lambda e: e["iter"])
-    ev = sorted(read_events(run.folder, "eval"), key=lambda e: e["iter"])
+    tr, ev = (sorted(read_events(run.folder, kind), key=lambda e: e["iter"]) for kind in ("train", "eval"))
     loss, gn = [e["loss"] for e in tr], [e["grad_norm"] for e in tr]
     r = dict(name=run.name, **run.meta, diverged=diverged and s is None, unigram_loss=data.unigram_loss,
              val_loss=st.get("val_loss"), train_loss=st.get("train_loss"), seconds=s["seconds"] if s else None,
