@@ -75,8 +75,7 @@ def parse_args(argv=None):
                    help="pre-trained models per kind; diagnostic seed s starts from model s mod N (default 1: one "
                         "per kind, as the authors)")
     a = p.parse_args(argv)
-    preset = PRESETS["quick" if a.quick else "default"]
-    vars(a).update({k: v for k, v in preset.items() if getattr(a, k) is None})
+    vars(a).update({k: v for k, v in PRESETS["quick" if a.quick else "default"].items() if getattr(a, k) is None})
     a.cells = pa.parse_cells(TABLE if a.cells == "table" else a.cells)
     pick = lambda f: list(dict.fromkeys(x for c in a.cells for x in f(*c)))  # noqa: E731 (in the cells' order)
     a.tasks = pick(lambda t, r, m: [t])

@@ -154,7 +154,7 @@ def render(records, out):
     """report.md, report.json, runs.csv (and runs-<method>.csv) and the PNGs of OUT from the records alone."""
     out = Path(out)
     a = argparse.Namespace(**{"dropout": 0.0, "tie": True, "dropout_at": "all", "seeds_small_u": None, **records["settings"]})
-    a.out, prov = out, kept_provenance(out)
+    a.out, prov, reg = out, kept_provenance(out), regime(a, records)
     le, mult = derived(records)
     m, w = ((mult.get("softq") or {}).get(k) or {} for k in ("wd+mir", "wd"))
     note = (f"geometric mean {m['geomean']:.2f}x (95% CI {m['ci95'][0]:.2f}-{m['ci95'][1]:.2f}x) over MIR's {len(m['cells'])} "
@@ -170,10 +170,10 @@ def render(records, out):
     text = "\n".join(
         [f"# Data-constrained pre-training: MIR, strong decay, masked diffusion, scaling laws{' (--quick)' * a.quick}",
          "", provenance_line(prov), "", f"Xu et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}.",
-         "", regime(a, records), "", "## The paper's claims against these runs", "", RULE, ""] + table(verdicts) + [""]
+         "", reg, "", "## The paper's claims against these runs", "", RULE, ""] + table(verdicts) + [""]
         + setup_lines(a, records) + sweep_lines(a, records) + law_lines(records["fits"]) + token_lines(records["per_token"])
         + mdlm_lines(records))
-    write_report(out, text, source=SOURCE, regime=regime(a, records), figures=plot_all(a, records, verdicts), verdicts=verdicts,
+    write_report(out, text, source=SOURCE, regime=reg, figures=plot_all(a, records, verdicts), verdicts=verdicts,
                  provenance=prov, **{k: records[k] for k in RECORD_KEYS}, law_errors=le, multipliers=mult)
     return text
 

@@ -4,8 +4,8 @@ The ProRes experiment's records, report and figures (experiments/prores.py runs 
     recs = analyse(a, runs)         # one record per finished run, from its folder
     text = render(records, out)     # report.md, report.json and the PNGs from the records alone
 
-A rebuild from report.json alone is byte-identical: it keeps every run's numbers and validation curve and, for the
-figures, the per-step curves of the first seed only (CURVES).
+A rebuild from report.json alone is byte-identical (report.json keeps every run's numbers and validation curve and,
+for the figures, the first seed's per-step curves: CURVES).
 """
 
 import argparse
@@ -56,8 +56,8 @@ def spike_steps(values, window, factor=None, mads=None):
 
 
 def growth_fit(rms):
-    """Least-squares lines through log RMS over the blocks l = 1..L (rms: the embeddings' first): a + b l (exponential
-    growth) and a + c log l (power; c = 1 linear), `better` the one of smaller residual; None under 3 blocks."""
+    """Least-squares lines through log RMS over blocks l = 1..L (rms: the embeddings' first): a + b l (exponential) and
+    a + c log l (power; c = 1 linear), `better` the smaller residual; None under 3 blocks or a value without a log."""
     if not rms or len(rms) < 4 or not all(v is not None and math.isfinite(v) and v > 0 for v in rms[1:]):
         return None
     layer, y = np.arange(1, len(rms), dtype=float), np.log(np.asarray(rms[1:], dtype=float))
