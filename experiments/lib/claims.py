@@ -191,9 +191,7 @@ def read(claim, records):
         several = isinstance(claim.cells, tuple)
         at = (lambda r: tuple(r.get(k) for k in claim.cells)) if several else (lambda r: r.get(claim.cells))
         values = [None] if claim.cells is None else sorted({at(r) for r in t_all} & {at(r) for r in b_all}, key=_order)
-        for v in values:
-            if claim.only is not None and v not in claim.only:
-                continue
+        for v in (v for v in values if claim.only is None or v in claim.only):
             more = {} if claim.cells is None else dict(zip(claim.cells, v)) if several else {claim.cells: v}
             ts, bs = select(t_all, {}, **more), select(b_all, {}, **more)
             if not ts or not bs:
@@ -215,9 +213,7 @@ def _read_slope(claim, records):
     treat = select(records, claim.treat)
     values = [None] if claim.cells is None else sorted({r.get(claim.cells) for r in treat}, key=_order)
     cells = []
-    for v in values:
-        if claim.only is not None and v not in claim.only:
-            continue
+    for v in (v for v in values if claim.only is None or v in claim.only):
         ts = treat if v is None else select(treat, {}, **{claim.cells: v})
         if claim.base is None:
             pts = [(r.get(claim.slope), r.get(claim.metric)) for r in ts]
@@ -286,11 +282,21 @@ def cell(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def md_table(header, rows):
+    """A Markdown table's lines: the header, its rule, a line a row (each cell as str)."""
+    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"  # noqa: E731
+    return [line(header), "|---" * len(header) + "|"] + [line(r) for r in rows]
+
+
+def md_section(title, text, header, rows):
+    """A report.md section: its title, a paragraph (if any), a table (md_table), a blank line."""
+    return [f"## {title}", ""] + ([text, ""] if text else []) + md_table(header, rows) + [""]
+
+
 def table(entries):
     """The claims table (Markdown lines): the paper's claim, its number, ours, the test, the verdict."""
-    lines = ["| the paper's claim | paper | ours | test | verdict |", "|---|---|---|---|---|"]
-    return lines + [f"| {cell(e['claim'])} | {cell(e['paper'])} | {cell(e['ours'])} | {cell(e['test'])} | "
-                    f"**{e['verdict']}** |" for e in entries]
+    return md_table(["the paper's claim", "paper", "ours", "test", "verdict"], [
+        [*(cell(e[k]) for k in ("claim", "paper", "ours", "test")), f"**{e['verdict']}**"] for e in entries])
 
 
 def counts(entries):

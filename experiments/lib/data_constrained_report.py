@@ -15,7 +15,7 @@ import numpy as np
 
 import scaling
 from experiments.lib import data_constrained_claims as dcc
-from experiments.lib.claims import RULE, fmt_mean_std, mean_std, read_all, table
+from experiments.lib.claims import RULE, fmt_mean_std, md_section as md, mean_std, read_all, table
 from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import pyplot, read_events, read_summary, save_figure, settings_json, write_report
 from experiments.lib.data_constrained_tokens import per_token
@@ -142,12 +142,6 @@ def regime(a, records):
 
 def f3(x, f="{:.3f}"):
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f.format(x)
-
-
-def md(title, text, header, rows):
-    """A report.md section: its title, a paragraph, a table."""
-    return ([f"## {title}", ""] + ([text, ""] if text else []) + ["| " + " | ".join(header) + " |",
-            "|" + "---|" * len(header)] + ["| " + " | ".join(map(str, r)) + " |" for r in rows] + [""])
 
 
 def render(records, out):

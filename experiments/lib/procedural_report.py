@@ -18,7 +18,8 @@ import numpy as np
 from evaluate import task_scores
 from experiments.lib import common, procedural_authors as pa
 from experiments.lib.provenance import hardware, provenance_line
-from experiments.lib.claims import MIN_N, RULE, arms as claim_arms, check_lines, fmt_mean_std, mean_std, read_all, table
+from experiments.lib.claims import (MIN_N, RULE, arms as claim_arms, check_lines, fmt_mean_std, md_section, mean_std,
+                                    read_all, table)
 from experiments.lib.procedural_claims import CLAIMS, records
 
 SOURCE = {"arxiv": "2601.21725", "title": "Procedural Pretraining: Warming Up Language Models with Abstract Data"}
@@ -137,32 +138,32 @@ def cell_lines(recs):
     groups, first = {}, list(dict.fromkeys(r["task"] for r in sorted(recs, key=lambda r: "token" not in r)))
     for r in sorted(recs, key=lambda r: first.index(r["task"])):
         groups.setdefault((r["task"], r["condition"]), []).append(r)
-    lines = ["| task | condition | n | token-level accuracy (%) | exact-answer accuracy (%) | final loss (nats) |",
-             "|---|---|---|---|---|---|"]
-    for (task, cond), rs in groups.items():
-        col = lambda k, f="{:.1f}": fmt_mean_std([r.get(k) for r in rs], f)  # noqa: E731
-        lines.append(f"| {task} | {cond} | {len(rs)} | {col('token')} | {col('exact')} | {col('loss', '{:.3f}')} |")
-    return lines
+    col = lambda rs, k, f="{:.1f}": fmt_mean_std([r.get(k) for r in rs], f)  # noqa: E731
+    head = ["task", "condition", "n", "token-level accuracy (%)", "exact-answer accuracy (%)", "final loss (nats)"]
+    return md_section("Accuracy and loss per cell", "On the test records after the whole budget, mean ± std over seeds "
+                      "(the semantic rows: validation loss).", head, [
+                          [t, c, len(rs), col(rs, "token"), col(rs, "exact"), col(rs, "loss", "{:.3f}")]
+                          for (t, c), rs in groups.items()])
 
 
 def pretrain_lines(runs):
     groups = {}
     for r in (r for r in runs if r["part"] == "pretrain" and not r.get("diverged")):
         groups.setdefault((r.get("condition", r.get("row")), r["steps"], r["tokens"]), []).append(r)
-    lines = ["## Pre-training", "", "Final validation loss (nats per loss token), the data's entropy per loss token (the "
-             "lowest loss a model can reach: exact; the SET / UNION controls' from 10,000 sampled rows, standard error "
-             "<= 0.003) and the unigram loss (the token counts alone): where a pre-training ended between them is how "
-             "much it learnt.", "",
-             "| condition | steps | tokens seen | val loss | entropy | val loss - entropy | unigram loss | stopped by |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for (cond, steps, tokens), rs in groups.items():
         ent = rs[0].get("entropy")
         gap = fmt_mean_std([r["val_loss"] - ent for r in rs], "{:+.3f}") if ent is not None else "-"
-        lines.append(f"| {cond} | {steps:,} | {tokens:,} | {fmt_mean_std([r['val_loss'] for r in rs])} | "
-                     f"{f'{ent:.3f}' if ent is not None else 'not derived' if 'entropy' in rs[0] else '-'} | {gap} | "
-                     f"{fmt_mean_std([r.get('unigram_loss') for r in rs], '{:.2f}')} | "
-                     f"{'; '.join(dict.fromkeys(r.get('stop_reason', 'its steps') for r in rs))} |")
-    return lines + [""] if groups else []
+        rows.append([cond, f"{steps:,}", f"{tokens:,}", fmt_mean_std([r["val_loss"] for r in rs]),
+                     f"{ent:.3f}" if ent is not None else "not derived" if "entropy" in rs[0] else "-", gap,
+                     fmt_mean_std([r.get("unigram_loss") for r in rs], "{:.2f}"),
+                     "; ".join(dict.fromkeys(r.get("stop_reason", "its steps") for r in rs))])
+    head = ["condition", "steps", "tokens seen", "val loss", "entropy", "val loss - entropy", "unigram loss",
+            "stopped by"]
+    return md_section("Pre-training", "Final validation loss (nats per loss token), the data's entropy per loss token "
+                      "(the lowest loss a model can reach: exact; the SET / UNION controls' from 10,000 sampled rows, "
+                      "standard error <= 0.003) and the unigram loss (the token counts alone): where a pre-training "
+                      "ended between them is how much it learnt.", head, rows) if groups else []
 
 
 def render(a, runs, n_planned, out, provenance):
@@ -175,11 +176,8 @@ def render(a, runs, n_planned, out, provenance):
              f"{' (--quick)' if a.quick else ''}", "", provenance_line(provenance), "",
              f"Jiang, Shinnick et al., \"{SOURCE['title']}\", arXiv {SOURCE['arxiv']}. {len(runs)} of {n_planned} "
              f"runs finished; {sum(r.get('seconds') or 0 for r in runs) / 60:.1f} min of training summed over runs.",
-             "", f"**Regime.** {reg}", "", "## The paper's claims beside ours", "", RULE, ""]
-    lines += table(entries) + ["", "## Checks", "", *check_lines(check_list), "", "## Accuracy and loss per cell", "",
-                               "On the test records after the whole budget, mean ± std over seeds (the semantic "
-                               "rows: validation loss).", ""]
-    lines += cell_lines(recs) + [""] + pretrain_lines(runs)
+             "", f"**Regime.** {reg}", "", "## The paper's claims beside ours", "", RULE, "", *table(entries), "",
+             "## Checks", "", *check_lines(check_list), "", *cell_lines(recs), *pretrain_lines(runs)]
     if authors:
         lines += ["## What differs from the authors, and why", ""] + [f"- {d}" for d in pa.DIFFERENCES] + [""]
     text = "\n".join(lines + ["Figures: `curves.png` (accuracy or loss along each run), `accuracy.png` (the final "

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from experiments.lib import prores_claims
-from experiments.lib.claims import MIN_N, RULE, compare, fmt_mean_std, fmt_p, paired, read_all, table
+from experiments.lib.claims import (MIN_N, RULE, compare, fmt_mean_std, fmt_p, md_section, md_table, paired, read_all,
+                                    table)
 from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import pyplot, read_events, read_summary, save_figure, settings_json, write_report
 from experiments.lib.prores_runs import arm_flags, prores_T, warmup_iters
@@ -178,7 +179,7 @@ def front_table(recs, margin):
     flat, both = prores_claims.records({"runs": recs}), any(r["prores"] for r in recs)
     head = ["placement", "L", "baseline"] + (["+ ProRes", "failed: base / ProRes", "ProRes - baseline"] if both
                                              else ["failed"]) + ["baseline - its shallowest", "the baseline degrades"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for norm, d in sorted({(r["norm"], r["depth"]) for r in recs}, key=lambda k: (list(NAMES).index(k[0]), k[1])):
         arm = {pr: [r for r in recs if (r["norm"], r["depth"], r["prores"]) == (norm, d, pr)] for pr in (False, True)}
         got = {k: [r for r in flat if (r["norm"], r["depth"], r["arm"]) == (norm, d, k)]
@@ -192,9 +193,9 @@ def front_table(recs, margin):
         few = deg is not None and min(np.atleast_1d(deg["n"])) < MIN_N  # one seed: the margin, not a test
         cells += [diff(deg), "(reference)" if deg is None else f"{'yes' if deg['diff'] > margin else 'no'} by the "
                   f"{margin:g}-nat margin (n < {MIN_N})" if few else "yes" if got["baseline"][0]["degrades"] else "no"]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
     return {"title": "Final validation loss (nats/token) per placement and depth, mean ± std over seeds; the "
-                     "differences by the t-test paired by seed", "lines": lines}
+                     "differences by the t-test paired by seed", "lines": md_table(head, rows)}
 
 
 def stuck_notes(recs, warmup):
@@ -217,13 +218,11 @@ def runs_table(recs):
             ("loss spikes", "loss_spikes", "{:.1f}"), ("grad spikes", "grad_spikes", "{:.1f}"),
             ("largest grad norm after warmup", "max_grad_norm_after_warmup", "{:.2f}"),
             ("RMS growth, last / first block", "act_growth", "{:.2f}"))
-    lines = ["| condition | L | failed | " + " | ".join(c[0] for c in cols) + " | b of log RMS |",
-             "|---|---|---|" + "---|" * (len(cols) + 1)]
-    for norm, pr, d, rs in conditions(recs):
-        lines.append(f"| {label(norm, pr)} | {d} | {sum(r['failed'] for r in rs)}/{len(rs)} | " + " | ".join(
-            fmt_mean_std([r[k] for r in rs], f) for _, k, f in cols) + " | " +
-            fmt_mean_std([(r["act_fit"] or {}).get("b") for r in rs], "{:.4f}") + " |")
-    return lines
+    head = ["condition", "L", "failed", *(c[0] for c in cols), "b of log RMS"]
+    return md_section("Every condition (mean ± std over seeds)", None, head, [
+        [label(norm, pr), d, f"{sum(r['failed'] for r in rs)}/{len(rs)}", *(fmt_mean_std([r[k] for r in rs], f)
+         for _, k, f in cols), fmt_mean_std([(r["act_fit"] or {}).get("b") for r in rs], "{:.4f}")]
+        for norm, pr, d, rs in conditions(recs)])
 
 
 def along(a, recs):
@@ -233,34 +232,29 @@ def along(a, recs):
     rs = [r for r in recs if r.get("val_curve")]
     at = lambda r, t: next((v for s, v in zip(r["val_steps"][::-1], r["val_curve"][::-1]) if s <= t), None)  # noqa
     stable = round(a.iters * (1 - a.decay_frac))
-    lo, lines = stable - max(1, a.iters // 10), ["## Validation loss along training (nats, mean ± std over seeds)", ""]
-    lines += [f"| condition | L | every layer on by step | val loss there | at step {stable:,} (decay starts) | end | "
-              f"change over steps {lo:,}-{stable:,} |", "|---|---|---|---|---|---|---|"]
+    lo, rows = stable - max(1, a.iters // 10), []
     for n, pr, d, grp in conditions(rs):
         on = ramp_steps(d, grp[0]["prores_T"], a.prores_schedule) if pr else warmup_iters(a, a.iters)
         v = [[at(r, t) for r in grp] for t in (on, stable, a.iters)] + [[at(r, stable) - at(r, lo) for r in grp]]
-        lines.append(f"| {label(n, pr)} | {d} | {on:,} | " + " | ".join(map(fmt_mean_std, v[:3])) + f" | "
-                     f"{fmt_mean_std(v[3], '{:+.3f}')} |")
+        rows.append([label(n, pr), d, f"{on:,}", *map(fmt_mean_std, v[:3]), fmt_mean_std(v[3], "{:+.3f}")])
     c = paired([at(r, stable) for r in rs], [at(r, lo) for r in rs])
     plateau = dict(window=[lo, stable], change=c["diff"], p=c["p"], n=c["n"], flat=not c["clear"])
-    return lines + ["", f"Plateau check: over steps {lo:,}-{stable:,} the val loss of the {c['n']} runs changed by "
-                    f"{c['diff']:+.3f} nats on average (paired t-test, end against start, {fmt_p(c['p'])}): " + (
-                        "no clear change, flat" if plateau["flat"] else "still " + ("falling" if c["diff"] < 0 else
-                                                                                   "rising")) + ".", ""], plateau
+    head = ["condition", "L", "every layer on by step", "val loss there", f"at step {stable:,} (decay starts)", "end",
+            f"change over steps {lo:,}-{stable:,}"]
+    return md_section("Validation loss along training (nats, mean ± std over seeds)", None, head, rows) + [
+        f"Plateau check: over steps {lo:,}-{stable:,} the val loss of the {c['n']} runs changed by {c['diff']:+.3f} "
+        f"nats on average (paired t-test, end against start, {fmt_p(c['p'])}): " + ("no clear change, flat" if
+        plateau["flat"] else "still " + ("falling" if c["diff"] < 0 else "rising")) + ".", ""], plateau
 
 
 def scan_table(a, srecs):
-    lines = ["| baseline | lr | " + " | ".join(f"L = {d}" for d in a.scan_depths) + " |",
-             "|---|---|" + "---|" * len(a.scan_depths)]
     by = {(r["norm"], r["lr"], r["depth"]): r for r in srecs}
-    for norm in a.scan_norms:
-        for lr in a.scan_lrs:
-            cells = [by.get((norm, lr, d)) for d in a.scan_depths]
-            lines.append(f"| {label(norm, False)} | {lr:g} | " + " | ".join(
-                "not run" if r is None else f"diverged at step {r['diverged_at']}" if r["diverged"] else
-                f"{r['val_loss']:.3f}{' stuck' if r['failed'] else ''} [{r['loss_spikes']}/{r['grad_spikes']}]"
-                for r in cells) + " |")
-    return lines
+    cell = lambda r: "not run" if r is None else f"diverged at step {r['diverged_at']}" if r["diverged"] else (  # noqa
+        f"{r['val_loss']:.3f}{' stuck' if r['failed'] else ''} [{r['loss_spikes']}/{r['grad_spikes']}]")
+    return md_section(f"The scan of the baselines (seed 0, {a.scan_iters} steps)", "Final val loss; [loss "
+                      "spikes/gradient spikes].", ["baseline", "lr", *(f"L = {d}" for d in a.scan_depths)], [
+        [label(norm, False), f"{lr:g}", *(cell(by.get((norm, lr, d))) for d in a.scan_depths)]
+        for norm in a.scan_norms for lr in a.scan_lrs])
 
 
 def render(records, out):
@@ -289,12 +283,11 @@ def render(records, out):
              f"pre-clipping norm above {sd['grad_factor']:g} x that median.", "", "## The paper's claims", "", RULE, ""]
     lines += table(entries) + ["", f"## {front['title']}", ""] + front["lines"] + [""]
     if a.scan:
-        lines += [f"## The scan of the baselines (seed 0, {a.scan_iters} steps)", "",
-                  "Final val loss; [loss spikes/gradient spikes].", ""] + scan_table(a, srecs) + [""]
+        lines += scan_table(a, srecs)
         lines += ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
             f"- measured: lr {lr:g}, depths {', '.join(map(str, depths))}", ""]
     trend, plateau = along(a, recs) if any(r.get("val_curve") for r in recs) else ([], None)
-    lines += ["## Every condition (mean ± std over seeds)", ""] + runs_table(recs) + [""] + trend
+    lines += runs_table(recs) + trend
     figures = plot(a, srecs, recs, depths)
     lines += ["Figures: " + ", ".join(f"`{f}` ({FIGURES[f]})" for f in figures) + ". Every run's numbers: "
               "`report.json`." + (" --quick is a smoke test of the pipeline, not of the claims." if a.quick else ""), ""]
