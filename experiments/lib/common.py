@@ -240,6 +240,15 @@ def save_figure(fig, path):
     plt.close(fig)
 
 
+def finish(fig, axes, path, **grid):
+    """Each panel (axes) with a grid (grid: its options) and a legend; the figure laid out and saved (save_figure)."""
+    for ax in axes:
+        ax.grid(alpha=0.3, **grid)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def pyplot():
     import matplotlib
     matplotlib.use("Agg")

@@ -17,7 +17,7 @@ import scaling
 from experiments.lib import data_constrained_claims as dcc
 from experiments.lib.claims import RULE, fmt_mean_std, md_section as md, mean_std, read_all, table
 from experiments.lib.provenance import kept_provenance, provenance_line
-from experiments.lib.common import pyplot, read_events, read_summary, save_figure, settings_json, write_report
+from experiments.lib.common import finish, pyplot, read_events, read_summary, settings_json, write_report
 from experiments.lib.data_constrained_tokens import per_token
 from data.common import atomic_write_bytes
 from evaluate import evaluate_run
@@ -254,12 +254,11 @@ def plot_all(a, records, verdicts):
     """The PNGs, most telling first (report.json `figures`); MIR's gain from the pairs of the per-size claim."""
     plt, drawn = pyplot(), []
 
-    def figure(name, n=1, **kw):  # a row of n panels (log x unless kw says otherwise), legends added when saved
+    def figure(name, n=1, **kw):  # a row of n panels (log x unless kw says otherwise); grids, legends when saved
         fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 1.8, 3.8), squeeze=False, sharey=True)
         for ax in axes[0]:
             ax.set(**{"xscale": "log", **kw})
             ax.xaxis.set_minor_formatter("")  # no labels between the decades
-            ax.grid(alpha=0.3)
         drawn.append((name, fig, axes[0]))
         return axes[0]
     laws, ax = (a.laws or "softq,chinchilla").split(",")[:2], figure("mir_gain.png", xlabel="U", title="MIR's gain",
@@ -290,8 +289,5 @@ def plot_all(a, records, verdicts):
                "target", title="MIR's gain by frequency", xscale="linear")[0].bar(range(len(b)), [x["gain"] for x in b],
                                                                  tick_label=[x["bucket"] for x in b], label="gain")
     for name, fig, axes in drawn:
-        for ax in axes:
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        save_figure(fig, a.out / name)
+        finish(fig, axes, a.out / name)
     return [f for f in FIGURES if f in {d[0] for d in drawn}]  # most telling first

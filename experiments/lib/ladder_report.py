@@ -259,14 +259,6 @@ def curve_conditions(conditions, details, width):
     return [c for c in conditions if c in have and not (c == "volume-large" and "music" in have)]
 
 
-def finish(fig, axes, path, **grid):
-    for ax in axes:
-        ax.grid(alpha=0.3, **grid)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    common.save_figure(fig, path)
-
-
 def plot_curves(a, details, path):
     """Prose validation perplexity per epoch, mean over seeds, one panel per width."""
     plt, widths = common.pyplot(), sorted({int(k.split("/d")[1].split("/")[0]) for k in details})
@@ -280,7 +272,7 @@ def plot_curves(a, details, path):
                     label=c, color=plt.get_cmap("tab20").colors[a.conditions.index(c) % 20],
                     ls="--" if c.startswith("long-") or c == "compute-matched" else "-")
         ax.set(title=f"d = {w}", xlabel="prose epoch", ylabel="validation perplexity (mean over seeds)", yscale="log")
-    finish(fig, axes[0], path)
+    common.finish(fig, axes[0], path)
 
 
 def plot_width(a, records, path):
@@ -313,7 +305,7 @@ def plot_width(a, records, path):
         ax.axhline(0, color="grey", lw=0.8)
         ax.set(xlabel="width d", xscale="log", xticks=ws, xticklabels=ws, xlim=(ws[0] / 1.5, ws[-1] * 1.5))
         ax.minorticks_off()
-    finish(fig, axes, path)
+    common.finish(fig, axes, path)
 
 
 def plot_ablation(records, path):
@@ -333,4 +325,4 @@ def plot_ablation(records, path):
            xticks=[i + bw * (len(widths) - 1) / 2 for i in range(len(conds))], **(
                {"ylim": (0.9 * min(lows), 1.03 * max(lows))} if lows else {}))
     ax.set_xticklabels(conds, rotation=25, ha="right", fontsize=8)
-    finish(fig, [ax], path, axis="y")
+    common.finish(fig, [ax], path, axis="y")

@@ -212,10 +212,7 @@ def plot_all(recs, out):
                     transform=ax.get_yaxis_transform())
         ax.set(title=task, xlabel="records seen (millions)" if acc else "share of the semantic budget",
                ylabel="exact-answer accuracy (%)" if acc else "validation loss (nats)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    common.save_figure(fig, out / "curves.png")
+    common.finish(fig, axes[0], out / "curves.png")
     tasks = [t for t, cs in by.items() if any("token" in r for rs in cs.values() for r in rs)] or ["haystack"]
     tall = max(len(by.get(t, {})) for t in tasks)
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 1.2 + 0.35 * tall), squeeze=False)
@@ -229,7 +226,4 @@ def plot_all(recs, out):
         ax.set_yticks(y, list(conds), fontsize=7)
         ax.invert_yaxis()
         ax.set(title=f"{task}: accuracy after the budget (%)", xlim=(0, 100))
-        ax.grid(alpha=0.3, axis="x")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    common.save_figure(fig, out / "accuracy.png")
+    common.finish(fig, axes[0], out / "accuracy.png", axis="x")
