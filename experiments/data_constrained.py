@@ -38,7 +38,7 @@ from batches import keep_unique_tokens, load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep, data_constrained_scan as sc  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
-from experiments.lib.common import (Run, add_sweep_args, is_finished, main_guard, pace_line,  # noqa: E402
+from experiments.lib.common import (Run, add_sweep_args, is_finished, kept_records, main_guard, pace_line,  # noqa
                                     read_summary, reused_report, run_sweep)
 from evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import ArgumentParser, parse_args as train_parse_args  # noqa: E402
@@ -295,9 +295,7 @@ def main(argv=None):
             return print(plan(a))
         a.out.mkdir(parents=True, exist_ok=True)
         bare = a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*"))
-        records = rep.read_records(a.out) if bare else train_and_collect(a)
-        if records is None:
-            raise UserError(f"no finished runs in {a.out / 'runs'} and no {a.out / 'report.json'}: drop --report-only")
+        records = kept_records(a.out, rep.RECORD_KEYS, "drop --report-only") if bare else train_and_collect(a)
         print("== phase 4: report\n\n" + rep.render(records, a.out) + f"\nwrote {a.out}: report.md, report.json, PNGs")
     finally:
         torch.set_num_threads(threads)

@@ -32,7 +32,8 @@ from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 from data.common import UserError  # noqa: E402
 from experiments.lib import prores_report as rep  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
-from experiments.lib.common import add_sweep_args, is_finished, main_guard, pace_line, reused_report, run_sweep  # noqa
+from experiments.lib.common import (add_sweep_args, is_finished, kept_records, main_guard, pace_line,  # noqa: E402
+                                    reused_report, run_sweep)
 from experiments.lib.prores_runs import ARMS, measure_runs, scan_runs, train_argv  # noqa: E402
 import model  # noqa: E402
 
@@ -149,10 +150,10 @@ def measurement_point(a, scan):
 def reused(a, runs):
     """{name: record} of the RUNS --reuse DIR's report holds (else those OUT's took from one) with their train.py flags
     (its argv, else rebuilt from its settings) and stuck margin, spikes recounted by this rule."""
-    old = reused_report(a.reuse) if a.reuse else rep.read_records(a.out) or {"runs": []}
-    if old["runs"] and "spike_definition" not in old:
+    old = reused_report(a.reuse) if a.reuse else kept_records(a.out, rep.RECORD_KEYS) or {"runs": []}
+    if old["runs"] and old.get("spike_definition") is None:
         raise UserError(f"--reuse {a.reuse}: not a report of experiments/prores.py (e.g. experiments/results/prores)")
-    was, rule = argparse.Namespace(**{**COMMON, **old.get("settings", {})}), rep.spike_definition(a)
+    was, rule = argparse.Namespace(**{**COMMON, **(old.get("settings") or {})}), rep.spike_definition(a)
     recs = {r["name"]: r for r in old["runs"] if (a.reuse or r.get("reused")) and was.stuck_margin == a.stuck_margin
             and ("loss" in r or old["spike_definition"] == rule)}
     return {r.name: dict(o, reused=o.get("reused") or a.reuse, **rep.spikes(a, o)) for r in runs if (o := recs.get(r.name))
@@ -185,9 +186,7 @@ def main(argv=None):
         return plan(a)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.report_only and not a.reuse and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
-        if (records := rep.read_records(a.out)) is None:
-            raise UserError(f"no finished runs in {a.out / 'runs'} and no {a.out / 'report.json'}: "
-                            "run without --report-only first")
+        records = kept_records(a.out, rep.RECORD_KEYS, "run without --report-only first")
     else:
         prov, trained, scan = (None if a.report_only else Provenance(a.out)), 0, (scan_runs(a) if a.scan else [])
         if not a.report_only:  # the corpus is prepared (or its problem reported) once, before any worker starts

@@ -76,6 +76,15 @@ def reused_report(folder):
     return json.loads(path.read_text())
 
 
+def kept_records(out, keys, fix=None):
+    """The records a rebuild reads: the `keys` of OUT/report.json (None for one it lacks); where there is no such
+    file, None, or with `fix` a one-line error that ends in it."""
+    if (path := Path(out) / "report.json").exists():
+        return {k: rep.get(k) for rep in [json.loads(path.read_text())] for k in keys}
+    if fix:
+        raise UserError(f"no finished runs in {Path(out) / 'runs'} and no {path}: {fix}")
+
+
 def threads_per_run(jobs, threads):
     return threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))
 

@@ -7,7 +7,6 @@ writes the report from those records alone (a rebuild from report.json is byte-i
 import argparse
 import csv
 import io
-import json
 import math
 from pathlib import Path
 
@@ -53,11 +52,6 @@ def collect(a, sweep, grid, strong, scan=None):
     return dict(records, fits=fit_laws(a.laws, a.methods, records), scan=scan,
                 per_token=per_token(records["runs"], a.out / "runs") or a._old.get("per_token") and dict(
                     a._old["per_token"], **{"from": str(a.reuse)}))
-
-
-def read_records(out):
-    """The records of OUT/report.json, or None."""
-    return {k: json.loads(p.read_text()).get(k) for k in RECORD_KEYS} if (p := Path(out) / "report.json").exists() else None
 
 
 def done(records, method=None):

@@ -9,7 +9,6 @@ for the figures, the first seed's per-step curves: CURVES).
 """
 
 import argparse
-import json
 import math
 from collections import Counter
 from itertools import groupby
@@ -139,12 +138,6 @@ def settle(r, warmup_iters, stuck_margin, curves=True):
     r.setdefault("failure", "nan" if r["val_loss"] is None else
                  "stuck" if r["val_loss"] >= r["unigram_loss"] - stuck_margin else None)
     return {k: v for k, v in r.items() if curves or k not in CURVES}
-
-
-def read_records(out):
-    """The records of OUT/report.json (what render needs when the run folders are gone), or None."""
-    path = Path(out) / "report.json"
-    return {k: v for k, v in json.loads(path.read_text()).items() if k in RECORD_KEYS} if path.exists() else None
 
 
 def collect(a, scan_recs, meas_recs, point):
