@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")  # how a report is made, not its results
 sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
 
 import train  # noqa: E402
@@ -227,10 +228,11 @@ def write_json(path, obj):
     atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 
 
-def settings_json(a):
-    """An experiment's parsed flags for report.json: JSON values as they are, others as strings, no _keys."""
+def settings_json(a, leave_out=()):
+    """An experiment's flags for report.json but leave_out: JSON values as they are, others as strings, no _keys."""
     plain = (int, float, str, bool, list, tuple, dict, type(None))
-    return {k: (v if isinstance(v, plain) else str(v)) for k, v in vars(a).items() if not k.startswith("_")}
+    return {k: (v if isinstance(v, plain) else str(v)) for k, v in vars(a).items() if not k.startswith("_")
+            and k not in leave_out}
 
 
 def write_report(out, text, *, source, regime, figures, verdicts, provenance, **rest):

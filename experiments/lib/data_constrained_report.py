@@ -46,7 +46,7 @@ def collect(a, sweep, grid, strong, scan=None):
                                                                     / st["iters"]) if len(ev) >= 2 else None,
                     second_half_change=ev[-1]["val_loss"] - min(ev, key=lambda x: abs(x["iter"] - st["iters"] / 2))[
                         "val_loss"] if len(ev) > 2 else None)  # (the cosine's small last lr: the first is small anyway)
-    records = {"settings": {k: v for k, v in settings_json(a).items() if k != "report_only"},
+    records = {"settings": settings_json(a, ("report_only",)),
                "strong": {k: {"wd": v[0], "lr": v[1]} for k, v in strong.items()},
                "sweep": [record(r) for r in sweep], "runs": [record(r) for r in grid]}
     return dict(records, fits=fit_laws(a.laws, a.methods, records), scan=scan,

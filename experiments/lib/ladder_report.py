@@ -22,7 +22,6 @@ OVERFIT_TOLERANCE = 0.05
 TITLES = {"proportions": ", with pre-training ~15% of the prose tokens seen"}
 ROWS = {"proportions": (1, 3, 6)}  # the contributions a preset's conditions read (else all six)
 PAPER_SHARE = "a few percent: music ~2 passes over 36k MAESTRO chunks and a poetry stage before 5 epochs of WikiText-103"
-INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")  # how a report was made, not what it measured
 
 
 def reused(a):
@@ -39,8 +38,8 @@ def reused(a):
 
 
 def kept_settings(a):
-    """The flags a report keeps: what it measured, not how it was made (INVOCATION_FLAGS)."""
-    return {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
+    """The flags a report keeps: what it measured, not how it was made (common.INVOCATION_FLAGS)."""
+    return common.settings_json(a, common.INVOCATION_FLAGS)
 
 
 def baseline(c):

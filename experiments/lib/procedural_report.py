@@ -24,7 +24,6 @@ from experiments.lib.procedural_claims import CLAIMS, records
 
 SOURCE = {"arxiv": "2601.21725", "title": "Procedural Pretraining: Warming Up Language Models with Abstract Data"}
 FIGURES = ["curves.png", "accuracy.png"]
-INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")
 PAPER_HAYSTACK = {"none": 10, "dyck": 98}   # the paper's headline, % token-level accuracy
 FLOOR_GAP, CEILING = 0.1, 99.0  # nats above its entropy a model that learnt its task ends; % a gain needs room under
 
@@ -182,9 +181,9 @@ def render(a, runs, n_planned, out, provenance):
         lines += ["## What differs from the authors, and why", ""] + [f"- {d}" for d in pa.DIFFERENCES] + [""]
     text = "\n".join(lines + ["Figures: `curves.png` (accuracy or loss along each run), `accuracy.png` (the final "
                               "accuracies). Every run's numbers and flags: `report.json`.", ""])
-    settings = {k: v for k, v in common.settings_json(a).items() if k not in INVOCATION_FLAGS}
-    common.write_report(out, text, source=SOURCE, regime=reg, figures=FIGURES, verdicts=entries,
-                        provenance=provenance, settings=settings, n_planned=n_planned, checks=check_list, runs=runs)
+    common.write_report(out, text, source=SOURCE, regime=reg, figures=FIGURES, verdicts=entries, provenance=provenance,
+                        settings=common.settings_json(a, common.INVOCATION_FLAGS), n_planned=n_planned,
+                        checks=check_list, runs=runs)
     plot_all(recs, out)
     return text
 

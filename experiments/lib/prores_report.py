@@ -142,10 +142,9 @@ def settle(r, warmup_iters, stuck_margin, curves=True):
 
 def collect(a, scan_recs, meas_recs, point):
     """The records a report is rendered from: the settings, the measurement point, the spike rule, the runs."""
-    settings = {k: v for k, v in settings_json(a).items() if k not in ("report_only", "plan", "reuse")}  # runs: "reused"
-    return {"settings": settings, "measurement_point": dict(zip(("lr", "depths", "why"), point)),
-            "spike_definition": spike_definition(a), "scan": [r for r in scan_recs if r],
-            "runs": [r for r in meas_recs if r]}
+    return {"settings": settings_json(a, ("report_only", "plan", "reuse")),  # --reuse: in the runs ("reused")
+            "measurement_point": dict(zip(("lr", "depths", "why"), point)), "spike_definition": spike_definition(a),
+            "scan": [r for r in scan_recs if r], "runs": [r for r in meas_recs if r]}
 
 
 def spike_definition(a):
