@@ -227,9 +227,7 @@ def reused(a, runs):
     from a pre-trained model: its pre-training's flags too), so a sweep split over sessions trains each once."""
     if not getattr(a, "reuse", None):
         return {}
-    import json
-    old = {r["name"]: r for r in json.loads((Path(a.reuse) / "report.json").read_text())["runs"]
-           if not r.get("diverged")}
+    old = {r["name"]: r for r in common.reused_report(a.reuse)["runs"] if not r.get("diverged")}
     def flags(argv):  # --init-from's folder and file name, not the OUT it lies in
         i = argv.index("--init-from") + 1 if "--init-from" in argv else None
         return argv if i is None else [*argv[:i], "/".join(Path(argv[i]).parts[-2:]), *argv[i + 1:]]
