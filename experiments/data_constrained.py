@@ -22,7 +22,6 @@ where their AR from 257M up runs at 1e-3 (all5models_baseline.sh:23-25): ours at
 500-800, ddc_72M_largewd.sh:14), at the smallest budget only (the cost).
 """
 
-import argparse
 import copy
 import math
 import os
@@ -38,10 +37,10 @@ from batches import keep_unique_tokens, load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep, data_constrained_scan as sc  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
-from experiments.lib.common import (Run, add_sweep_args, is_finished, kept_records, main_guard, pace_line,  # noqa
-                                    read_summary, reused_report, run_sweep)
+from experiments.lib.common import (Run, is_finished, kept_records, main_guard, pace_line, read_summary,  # noqa: E402
+                                    reused_report, run_sweep, sweep_parser)
 from evaluate import evaluate_run, evaluate_runs  # noqa: E402
-from flags import ArgumentParser, parse_args as train_parse_args  # noqa: E402
+from flags import parse_args as train_parse_args  # noqa: E402
 
 # method -> (objective: ar | mir | mdlm, decay: strong = the size's AR-tuned one | weak)
 METHOD_RUN = {"wd": ("ar", "strong"), "wd+mir": ("mir", "strong"), "ar-weak": ("ar", "weak"),
@@ -77,8 +76,7 @@ FLAGS = {"sizes": (str, "model sizes, L<layers>d<width>[h<heads>]"), "budgets": 
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=__doc__.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_sweep_args(p, "out/data_constrained")
+    p = sweep_parser(__doc__, "out/data_constrained")
     p.add_argument("--preset", choices=tuple(PRESETS), default="authors", help="PRESETS: authors (default), earlier")
     for k, (typ, text) in FLAGS.items():
         p.add_argument("--" + k.replace("_", "-"), type=typ, default=None, help=text)

@@ -21,14 +21,11 @@ pre-trained models for --reuse. Claims and report: lib/procedural_claims.py, lib
 preset of experiments/results/procedural-table is no longer run; --report-only rebuilds it.
 """
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
-
-from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
 
 from experiments.lib import common, procedural_authors as pa  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
@@ -49,8 +46,7 @@ RATE = {"pretrain": 53_000, "task": 380_000}
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=__doc__.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    common.add_sweep_args(p, "out/procedural")
+    p = common.sweep_parser(__doc__, "out/procedural")
     p.add_argument("--cells", help="the runs, TASK:ROW[:TRANSFER],...: ROW none (the task's baseline), a kind, "
                    "KIND-shuffled (its control) or attn-KIND+mlp-KIND (attention, norms and positions from one kind's "
                    "model, MLP from the other's); TRANSFER full (default), attn or mlp. 'table': the paper's six "

@@ -27,13 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
-from flags import ArgumentParser  # noqa: E402 (one-line errors, like train.py)
-
 from data.common import UserError  # noqa: E402
 from experiments.lib import prores_report as rep  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
-from experiments.lib.common import (add_sweep_args, is_finished, kept_records, main_guard, pace_line,  # noqa: E402
-                                    reused_report, run_sweep)
+from experiments.lib.common import (is_finished, kept_records, main_guard, pace_line, reused_report,  # noqa: E402
+                                    run_sweep, sweep_parser)
 from experiments.lib.prores_runs import ARMS, measure_runs, scan_runs, train_argv  # noqa: E402
 import model  # noqa: E402
 
@@ -65,8 +63,7 @@ def numbers(text, kind):
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=__doc__.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_sweep_args(p, "out/prores")
+    p = sweep_parser(__doc__, "out/prores")
     p.add_argument("--preset", default="breakdown", choices=sorted(PRESETS), help="default: breakdown")
     p.add_argument("--seeds", type=int, help="seeds 0..N-1 per condition")
     p.add_argument("--iters", type=int, help="steps per measurement run")

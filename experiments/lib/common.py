@@ -60,6 +60,14 @@ def add_sweep_args(p, default_out):
                         "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")
 
 
+def sweep_parser(doc, default_out):
+    """An experiment script's parser: its docstring's first line (the layout kept) and the flags of add_sweep_args."""
+    from flags import ArgumentParser  # one-line errors, like train.py
+    p = ArgumentParser(description=doc.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_sweep_args(p, default_out)
+    return p
+
+
 def own_out(out, name):
     """--out (a type) must not hold another experiment's report, its provenance's experiments/<other>.py."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, IndexError):  # no readable report: no owner
