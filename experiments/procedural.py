@@ -43,33 +43,28 @@ PRESETS = {"default": dict(cells=HAYSTACK, seeds=3, records=pa.RECORDS, eval_rec
 # row-positions (steps x rows x context) a second of one 1-thread run of a 2_4_16 model on one core of the
 # 2-core EPYC, by part: what --plan estimates with (a larger model is slower)
 RATE = {"pretrain": 53_000, "task": 380_000}
+POS = common.positive_int
+FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take the preset's (PRESETS)
+    ("cells", str, "the runs, TASK:ROW[:TRANSFER],...: ROW none (the task's baseline), a kind, KIND-shuffled (its "
+     "control) or attn-KIND+mlp-KIND (attention, norms and positions from one kind's model, MLP from the other's); "
+     "TRANSFER full (default), attn or mlp. 'table': the paper's six claims (TABLE). Default haystack:none,"
+     "haystack:dyck,haystack:dyck-shuffled"), ("seeds", POS, "seeds 0..N-1 of every run (default 3; quick 1)"),
+    ("records", POS, "records seen per diagnostic run (default 10,000,000: their 10,000 steps of 1,000; quick 30,000)"),
+    ("eval-records", POS, "records between evaluations, the points of the accuracy curve (default 500,000; quick "
+     "10,000)"), ("task-test", POS, "test records per task (default 4000; quick 1000)"),
+    ("pretrain-steps", POS, "pre-training steps (default: on the d = 16 model a cap of 20,000 for the stopping rule, "
+     "else their yaml's 2,501; quick 20)"), ("pretrain-rows", POS, "pre-training rows per step (default 64 of their "
+     "scripts; quick 32)"), ("pretrain-lr", common.positive_float, "pre-training lr, constant (default 3e-3 for the "
+     "d = 16 models)"), ("dyck-length", POS, "tokens per Dyck row (default 128; theirs 2,048); a context shorter than "
+     "the task's leaves the task model's positions fresh, as theirs", pa.DYCK_LENGTH),
+    ("data-seed", int, "procedural and task data (fixed across --seeds)", 0), ("pretrain-seeds", POS, "pre-trained "
+     "models per kind; diagnostic seed s starts from model s mod N (default 1: one per kind, as the authors)", 1)]
 
 
 def parse_args(argv=None):
     p = common.sweep_parser(__doc__, "out/procedural")
-    p.add_argument("--cells", help="the runs, TASK:ROW[:TRANSFER],...: ROW none (the task's baseline), a kind, "
-                   "KIND-shuffled (its control) or attn-KIND+mlp-KIND (attention, norms and positions from one kind's "
-                   "model, MLP from the other's); TRANSFER full (default), attn or mlp. 'table': the paper's six "
-                   "claims (TABLE). Default haystack:none,haystack:dyck,haystack:dyck-shuffled")
-    p.add_argument("--seeds", type=common.positive_int, help="seeds 0..N-1 of every run (default 3; quick 1)")
-    p.add_argument("--records", type=common.positive_int, help="records seen per diagnostic run (default "
-                   "10,000,000: their 10,000 steps of 1,000; quick 30,000)")
-    p.add_argument("--eval-records", type=common.positive_int, help="records between evaluations, the points of "
-                   "the accuracy curve (default 500,000; quick 10,000)")
-    p.add_argument("--task-test", type=common.positive_int, help="test records per task (default 4000; quick 1000)")
-    p.add_argument("--pretrain-steps", type=common.positive_int, help="pre-training steps (default: on the d = 16 "
-                   "model a cap of 20,000 for the stopping rule, else their yaml's 2,501; quick 20)")
-    p.add_argument("--pretrain-rows", type=common.positive_int, help="pre-training rows per step (default 64 of "
-                   "their scripts; quick 32)")
-    p.add_argument("--pretrain-lr", type=common.positive_float, help="pre-training lr, constant (default 3e-3 "
-                   "for the d = 16 models)")
-    p.add_argument("--dyck-length", type=common.positive_int, default=pa.DYCK_LENGTH,
-                   help="tokens per Dyck row (default 128; theirs 2,048); a context shorter than the task's leaves "
-                        "the task model's positions fresh, as theirs")
-    p.add_argument("--data-seed", type=int, default=0, help="procedural and task data (fixed across --seeds)")
-    p.add_argument("--pretrain-seeds", type=common.positive_int, default=1,
-                   help="pre-trained models per kind; diagnostic seed s starts from model s mod N (default 1: one "
-                        "per kind, as the authors)")
+    for flag, kind, what, *default in FLAGS:
+        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what)
     a = p.parse_args(argv)
     vars(a).update({k: v for k, v in PRESETS["quick" if a.quick else "default"].items() if getattr(a, k) is None})
     a.cells = pa.parse_cells(TABLE if a.cells == "table" else a.cells)
