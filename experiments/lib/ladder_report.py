@@ -12,8 +12,8 @@ from pathlib import Path
 
 from experiments.lib import common
 from experiments.lib.provenance import hardware, provenance_line
-from experiments.lib.claims import (check_lines, combined_verdict, fmt_mean_std, fmt_n, fmt_p, mean_std, read_all, table,
-                                    RULE)
+from experiments.lib.claims import (check_lines, combined_verdict, fmt_mean_std, fmt_n, fmt_p, md_section, md_table,
+                                    mean_std, read_all, table, RULE)
 from experiments.lib.ladder_claims import CLAIMS, SIX
 
 SOURCE = {"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"}
@@ -100,16 +100,16 @@ def said(claim, entry):
 def front_table(entries, preset=None):
     """report.json's `front_table`: the six contributions (SIX; a preset's ROWS) beside the paper's numbers, each
     with its claims' cells and the combined verdict of its claims."""
-    by = {e["claim"]: e for e in entries}
-    lines = ["| # | contribution | paper | ours: change of prose perplexity (test, n) | verdict |", "|---" * 5 + "|"]
+    by, rows = {e["claim"]: e for e in entries}, []
     for n, title, paper, idx in (row for row in SIX if row[0] in ROWS.get(preset, (row[0],))):
         ours = [said(CLAIMS[i], by[CLAIMS[i].claim]) for i in idx]
         verdict = combined_verdict([by[CLAIMS[i].claim]["verdict"] for i in idx])
-        lines.append(f"| {n} | {title} | {paper} | " + (" ".join(f"({'abc'[k]}) {o}" for k, o in enumerate(ours))
-                     if len(ours) > 1 else ours[0]) + f" | **{verdict}** |")
+        rows.append([n, title, paper, " ".join(f"({'abc'[k]}) {o}" for k, o in enumerate(ours)) if len(ours) > 1
+                     else ours[0], f"**{verdict}**"])
     which = f"contributions {', '.join(map(str, ROWS[preset]))}" if preset in ROWS else "six contributions"
+    head = ["#", "contribution", "paper", "ours: change of prose perplexity (test, n)", "verdict"]
     return {"title": f"The ladder paper's {which} beside its numbers" + TITLES.get(preset, "") +
-                     " (each claim's cells in RESULTS.md)", "lines": lines}
+                     " (each claim's cells in RESULTS.md)", "lines": md_table(head, rows)}
 
 
 def pretrain_share(a, f):
@@ -144,16 +144,16 @@ def markdown(a, data, entries, check_list, front, figures, provenance):
     f, records, missing = data["facts"], data["runs"], data["missing"]
     ppl = lambda c, w, m: fmt_mean_std(values(records, c, w, m), "{:.1f}")  # noqa: E731
     n, draws = a.music_chunks, a.music_steps * a.batch_size
+    rows = [[c, w, len(values(records, c, w, "ppl_final")), ppl(c, w, "ppl_first_epoch"), ppl(c, w, "ppl_final")]
+            for c in a.conditions for w in widths_of(records, c)]
     lines = [f"# The ladder: music -> poetry -> prose{' (--quick)' if a.quick else ''}", "",
              provenance_line(provenance), "", "## The paper's claims beside ours", "", *table(entries), "",
              RULE + " Perplexity of the prose validation split, lower is better; the arms pair by seed (the same "
              "prose batches).", "",
              *(["## The paper's contributions", "", *front["lines"], "", "A contribution's verdict combines its "
                 "claims' verdicts by the same rule.", ""] if front else []), "## Checks", "", *check_lines(check_list), "",
-             "## Prose validation perplexity (mean ± std over seeds)", "",
-             "| condition | d | n | after the first epoch | final |", "|---|---|---|---|---|",
-             *(f"| {c} | {w} | {len(values(records, c, w, 'ppl_final'))} | {ppl(c, w, 'ppl_first_epoch')} | "
-               f"{ppl(c, w, 'ppl_final')} |" for c in a.conditions for w in widths_of(records, c)), "",
+             *md_section("Prose validation perplexity (mean ± std over seeds)", None,
+                         ["condition", "d", "n", "after the first epoch", "final"], rows),
              "## Setup, and what differs from the paper", "", regime(a, data, provenance), ""]
     if "music_train_chunks" in f:
         lines += [f"Music volume (the paper's 12k vs 36k MAESTRO chunks, 1 : 3): N = {n:,}, 3N = {3 * n:,} of the "
@@ -219,11 +219,11 @@ def render_headline(a, records, missing, out, provenance):
     ppl = {c: [r["ppl_final"] for r in records if r["condition"] == c] for c in a.conditions}
     seeds = " / ".join(str(1337 + k) for k in range(a.seeds))
     fewer = [f"{c} {len(v)}" for c, v in ppl.items() if 0 < len(v) < a.seeds]
-    lines = [f"| arm | train.py --stages | prose val ppl | seeds {seeds} | vs prose only | min |", "|---" * 6
-             + "|"] + [f"| {c} | `{v}` | {fmt_mean_std(ppl[c], '{:.1f}')} | {' / '.join(f'{x:.1f}' for x in ppl[c])} | "
-                       f"{100 * (mean_std(ppl[c])[0] / mean_std(ppl['prose-only'])[0] - 1):+.1f}% | "
-                       f"{mean_std([r['seconds'] / 60 for r in records if r['condition'] == c])[0]:.1f} |"
-                       for c, v in a.conditions.items() if ppl[c]]
+    lines = md_table(["arm", "train.py --stages", "prose val ppl", f"seeds {seeds}", "vs prose only", "min"], [
+        [c, f"`{v}`", fmt_mean_std(ppl[c], "{:.1f}"), " / ".join(f"{x:.1f}" for x in ppl[c]),
+         f"{100 * (mean_std(ppl[c])[0] / mean_std(ppl['prose-only'])[0] - 1):+.1f}%",
+         f"{mean_std([r['seconds'] / 60 for r in records if r['condition'] == c])[0]:.1f}"]
+        for c, v in a.conditions.items() if ppl[c]])
     regime = (f"train.py's default budget, each arm's command as typed: {b['iters']} steps a stage of {b['batch_size']}"
               f" x {b['block_size']} tokens, {b['n_layer']} layers, d = {b['n_embd']}, lr {b['lr']:g}; {a.seeds} seeds "
               f"from 1337 (the default){' (' + ', '.join(fewer) + ')' if fewer else ''}; 'min': a run's minutes on one "
