@@ -244,10 +244,11 @@ def settings_json(a, leave_out=()):
 
 
 def write_report(out, text, *, source, regime, figures, verdicts, provenance, **rest):
-    """OUT/report.md (text) and OUT/report.json: first the keys results.py reads, then the report's own."""
+    """OUT/report.md (text, returned) and OUT/report.json: first the keys results.py reads, then the report's own."""
     atomic_write_bytes(Path(out) / "report.md", text.encode())  # a temporary name, then a rename
     write_json(Path(out) / "report.json", {"source": source, "regime": regime, "figures": figures,
                                             "verdicts": verdicts, "provenance": provenance, **rest})
+    return text
 
 
 def save_figure(fig, path):

@@ -161,9 +161,8 @@ def render(records, out):
          "", reg, "", "## The paper's claims against these runs", "", RULE, ""] + table(verdicts) + [""]
         + setup_lines(a, records) + sweep_lines(a, records) + law_lines(records["fits"]) + token_lines(records["per_token"])
         + mdlm_lines(records))
-    write_report(out, text, source=SOURCE, regime=reg, figures=plot_all(a, records, verdicts), verdicts=verdicts,
-                 provenance=prov, **{k: records[k] for k in RECORD_KEYS}, law_errors=le, multipliers=mult)
-    return text
+    return write_report(out, text, source=SOURCE, regime=reg, figures=plot_all(a, records, verdicts), verdicts=verdicts,
+                        provenance=prov, **{k: records[k] for k in RECORD_KEYS}, law_errors=le, multipliers=mult)
 
 
 def setup_lines(a, records):

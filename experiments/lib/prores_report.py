@@ -283,11 +283,10 @@ def render(records, out):
     figures = plot(a, srecs, recs, depths)
     lines += ["Figures: " + ", ".join(f"`{f}` ({FIGURES[f]})" for f in figures) + ". Every run's numbers: "
               "`report.json`." + (" --quick is a smoke test of the pipeline, not of the claims." if a.quick else ""), ""]
-    text = "\n".join(lines)
-    write_report(out, text, source=SOURCE, regime=reg, figures=figures, verdicts=entries, provenance=prov,
-                 front_table=front, train_seconds=train_s, **({"plateau": plateau} if plateau else {}),
-                 **{k: records[k] for k in RECORD_KEYS[:3]}, scan=srecs, runs=recs)
-    return text
+    return write_report(out, "\n".join(lines), source=SOURCE, regime=reg, figures=figures, verdicts=entries,
+                        provenance=prov, front_table=front, train_seconds=train_s,
+                        **({"plateau": plateau} if plateau else {}), **{k: records[k] for k in RECORD_KEYS[:3]},
+                        scan=srecs, runs=recs)
 
 
 def panels(n_rows, n_cols, name, out, draw, ylabels, logy=()):
