@@ -37,8 +37,8 @@ from batches import keep_unique_tokens, load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep, data_constrained_scan as sc  # noqa: E402
 from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
-from experiments.lib.common import (Run, is_finished, kept_records, main_guard, pace_line, read_summary,  # noqa: E402
-                                    reused_report, run_sweep, sweep_parser)
+from experiments.lib.common import (Run, group, is_finished, kept_records, main_guard, pace_line,  # noqa: E402
+                                    read_summary, reused_report, run_sweep, sweep_parser)
 from evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import parse_args as train_parse_args  # noqa: E402
 
@@ -205,9 +205,8 @@ def pick_strong(a, sweep):
     """{size: (wd, lr)} of the lowest mean full-validation loss over the sweep's seeds; None while unfinished."""
     best = {}
     for size, *_ in a.sizes:
-        by = {}
-        for r in (r for r in sweep if r.meta["size"] == size):
-            by.setdefault((r.meta["wd"], r.meta["lr"]), []).append(val_loss(a, r))
+        by = {k: [val_loss(a, r) for r in rs] for k, rs in group((r for r in sweep if r.meta["size"] == size),
+                                                                  lambda r: (r.meta["wd"], r.meta["lr"])).items()}
         means = {k: sum(v) / len(v) for k, v in by.items() if None not in v}
         best[size] = min(means, key=means.get) if len(means) == len(by) and math.isfinite(min(means.values())) else None
     return best

@@ -232,6 +232,14 @@ def _run_sweep(runs, jobs, threads, term):
     return results
 
 
+def group(items, key):
+    """{key(x): [x, ...]}, the keys in the order they first come."""
+    out = {}
+    for x in items:
+        out.setdefault(key(x), []).append(x)
+    return out
+
+
 def write_json(path, obj):
     atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 

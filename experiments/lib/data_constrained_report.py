@@ -16,7 +16,7 @@ import scaling
 from experiments.lib import data_constrained_claims as dcc
 from experiments.lib.claims import RULE, fmt_mean_std, md_section as md, mean_std, read_all, table
 from experiments.lib.provenance import kept_provenance, provenance_line
-from experiments.lib.common import finish, pyplot, read_events, read_summary, settings_json, write_report
+from experiments.lib.common import finish, group, pyplot, read_events, read_summary, settings_json, write_report
 from experiments.lib.data_constrained_tokens import per_token
 from data.common import atomic_write_bytes
 from evaluate import evaluate_run
@@ -60,9 +60,7 @@ def done(records, method=None):
 
 def arrays(records, method):
     """A method's seed-averaged cells [dict(N, U, size, D, loss)] in (N, U) order, and their N, U, D, loss arrays."""
-    by = {}
-    for r in done(records, method):
-        by.setdefault((r["N"], r["U_true"], r["size"]), []).append(r)
+    by = group(done(records, method), lambda r: (r["N"], r["U_true"], r["size"]))
     cs = [dict(N=n, U=u, size=s, D=float(np.mean([r["D"] for r in rs])), loss=float(np.mean([r["loss"] for r in rs])))
           for (n, u, s), rs in sorted(by.items())]
     return cs, tuple(np.array([c[k] for c in cs], float) for k in ("N", "U", "D", "loss"))
@@ -228,9 +226,8 @@ def token_lines(tok):
 
 
 def mdlm_lines(records):
-    by = {}
-    for r in (r for r in done(records) if r["method"] in MDLM_TABLE):
-        by.setdefault((r["U"], r["size"]), {}).setdefault(r["method"], []).append(r)
+    by = {k: group(rs, lambda r: r["method"]) for k, rs in group(
+        (r for r in done(records) if r["method"] in MDLM_TABLE), lambda r: (r["U"], r["size"])).items()}
     rows = {k: v for k, v in sorted(by.items()) if any(m.startswith("mdlm") for m in v)}
     ms = [m for m in MDLM_TABLE if any(m in v for v in rows.values())]
     arm = lambda rs: (f"{fmt_mean_std([r['loss'] for r in rs])} ({rs[0]['wd']:g}; "  # noqa: E731

@@ -264,11 +264,10 @@ def plot_curves(a, details, path):
     fig, axes = plt.subplots(1, max(1, len(widths)), figsize=(5 * max(1, len(widths)), 4), squeeze=False)
     for ax, w in zip(axes[0], widths):
         for c in curve_conditions(a.conditions, details, w):
-            by_epoch = {}
-            for e, p in (pt for k, d in details.items() if k.startswith(f"{c}/d{w}/") for pt in d["curve"]):
-                by_epoch.setdefault(round(e, 3), []).append(p)
-            ax.plot(sorted(by_epoch), [sum(by_epoch[x]) / len(by_epoch[x]) for x in sorted(by_epoch)], marker=".",
-                    label=c, color=plt.get_cmap("tab20").colors[a.conditions.index(c) % 20],
+            by_epoch = common.group((pt for k, d in details.items() if k.startswith(f"{c}/d{w}/") for pt in d["curve"]),
+                                    lambda pt: round(pt[0], 3))
+            ax.plot(sorted(by_epoch), [sum(p for _, p in by_epoch[x]) / len(by_epoch[x]) for x in sorted(by_epoch)],
+                    marker=".", label=c, color=plt.get_cmap("tab20").colors[a.conditions.index(c) % 20],
                     ls="--" if c.startswith("long-") or c == "compute-matched" else "-")
         ax.set(title=f"d = {w}", xlabel="prose epoch", ylabel="validation perplexity (mean over seeds)", yscale="log")
     common.finish(fig, axes[0], path)

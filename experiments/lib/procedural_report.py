@@ -134,9 +134,8 @@ def checks(runs, recs):
 
 def cell_lines(recs):
     """Accuracy and loss per (task, condition), mean ± std over seeds."""
-    groups, first = {}, list(dict.fromkeys(r["task"] for r in sorted(recs, key=lambda r: "token" not in r)))
-    for r in sorted(recs, key=lambda r: first.index(r["task"])):
-        groups.setdefault((r["task"], r["condition"]), []).append(r)
+    first = list(dict.fromkeys(r["task"] for r in sorted(recs, key=lambda r: "token" not in r)))
+    groups = common.group(sorted(recs, key=lambda r: first.index(r["task"])), lambda r: (r["task"], r["condition"]))
     col = lambda rs, k, f="{:.1f}": fmt_mean_std([r.get(k) for r in rs], f)  # noqa: E731
     head = ["task", "condition", "n", "token-level accuracy (%)", "exact-answer accuracy (%)", "final loss (nats)"]
     return md_section("Accuracy and loss per cell", "On the test records after the whole budget, mean ± std over seeds "
@@ -146,9 +145,8 @@ def cell_lines(recs):
 
 
 def pretrain_lines(runs):
-    groups = {}
-    for r in (r for r in runs if r["part"] == "pretrain" and not r.get("diverged")):
-        groups.setdefault((r.get("condition", r.get("row")), r["steps"], r["tokens"]), []).append(r)
+    groups = common.group((r for r in runs if r["part"] == "pretrain" and not r.get("diverged")),
+                          lambda r: (r.get("condition", r.get("row")), r["steps"], r["tokens"]))
     rows = []
     for (cond, steps, tokens), rs in groups.items():
         ent = rs[0].get("entropy")
@@ -191,9 +189,7 @@ def render(a, runs, n_planned, out, provenance):
 def plot_all(recs, out):
     """curves.png: each task's (or domain's) mean curve per condition; accuracy.png: the final accuracies."""
     plt = common.pyplot()
-    by = {}
-    for r in recs:
-        by.setdefault(r["task"], {}).setdefault(r["condition"], []).append(r)
+    by = {t: common.group(rs, lambda r: r["condition"]) for t, rs in common.group(recs, lambda r: r["task"]).items()}
     panels = [t for t, cs in by.items() if any(r["curve"] for rs in cs.values() for r in rs)] or ["haystack"]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     for ax, task in zip(axes[0], panels):

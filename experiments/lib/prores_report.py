@@ -11,7 +11,6 @@ for the figures, the first seed's per-step curves: CURVES).
 import argparse
 import math
 from collections import Counter
-from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ from experiments.lib import prores_claims
 from experiments.lib.claims import (MIN_N, RULE, compare, fmt_mean_std, fmt_p, md_section, md_table, paired, read_all,
                                     table)
 from experiments.lib.provenance import kept_provenance, provenance_line
-from experiments.lib.common import pyplot, read_events, read_summary, save_figure, settings_json, write_report
+from experiments.lib.common import group, pyplot, read_events, read_summary, save_figure, settings_json, write_report
 from experiments.lib.prores_runs import arm_flags, prores_T, warmup_iters
 from prores import ramp_steps
 
@@ -43,8 +42,7 @@ def label(norm, pr):
 def conditions(recs):
     """[(norm, prores, depth, its runs)] in the report's order."""
     key = lambda r: (list(NAMES).index(r["norm"]), r["prores"], r["depth"])  # noqa: E731
-    groups = [list(g) for _, g in groupby(sorted(recs, key=key), key)]
-    return [(g[0]["norm"], g[0]["prores"], g[0]["depth"], g) for g in groups]
+    return [(g[0]["norm"], g[0]["prores"], g[0]["depth"], g) for g in group(sorted(recs, key=key), key).values()]
 
 
 def spike_steps(values, window, factor=None, mads=None):
