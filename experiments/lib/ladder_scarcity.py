@@ -13,7 +13,7 @@ import json
 import math
 
 from experiments.lib import common
-from experiments.lib.claims import RULE, fmt_mean_std, fmt_n, fmt_p, mean_std, read_all, table
+from experiments.lib.claims import RULE, fmt_mean_std, fmt_n, fmt_p, md_table, mean_std, read_all, table
 from experiments.lib.ladder_scarcity_claims import CLAIMS, CROSSOVER
 from experiments.lib.provenance import provenance_line
 
@@ -83,17 +83,16 @@ def render(a, recs, missing, out, provenance, settings):
     cells = {tuple(c["cell"]): c for c in next(e for e in entries if e["claim"] == CROSSOVER.claim)["cells"]}
     crossover = {w: max((u for (w2, u), c in cells.items() if w2 == w and c["verdict"] == "reproduces"), default=None)
                  for w in sorted({r["width"] for r in recs})}
-    at = lambda c, w, u, k: [r[k] for r in recs if (r["condition"], r["width"], r["unique"]) == (c, w, u)]  # noqa
-    lines = ["| d | U (epochs of the ladder's prose) | random, end | ladder, end / best | compute-matched, end / best "
-             "(best step) | ladder vs compute-matched at best |", "|---" * 6 + "|"]
-    for w, u in sorted({(r["width"], r["unique"]) for r in recs}):
-        c = cells.get((w, u))
-        lines.append(f"| {w} | {u:,} ({mean_std(at('ladder', w, u, 'epochs'))[0]:.1f}) | "
-                     f"{fmt_mean_std(at('random', w, u, 'ppl_final'), '{:.1f}')} | "
-                     + " | ".join(f"{fmt_mean_std(at(k, w, u, 'ppl_final'), '{:.1f}')} / "
-                                  f"{fmt_mean_std(at(k, w, u, 'ppl_best'), '{:.1f}')}" for k in ARMS if k != "random")
-                     + f" ({mean_std(at('compute-matched', w, u, 'best_step'))[0]:.0f}) | "
-                     + (f"{c['change']:+.1f}% ({fmt_p(c['p'])}, {fmt_n(c)}): {c['verdict']} |" if c else "- |"))
+    by = common.group(recs, lambda r: (r["width"], r["unique"], r["condition"]))
+    at = lambda w, u, c, k, f="{:.1f}": fmt_mean_std([r[k] for r in by.get((w, u, c), [])], f)  # noqa: E731
+    lines = md_table(["d", "U (epochs of the ladder's prose)", "random, end", "ladder, end / best", "compute-matched, "
+                      "end / best (best step)", "ladder vs compute-matched at best"], [
+        [w, f"{u:,} ({mean_std([r['epochs'] for r in by.get((w, u, 'ladder'), [])])[0]:.1f})",
+         at(w, u, "random", "ppl_final"), f"{at(w, u, 'ladder', 'ppl_final')} / {at(w, u, 'ladder', 'ppl_best')}",
+         f"{at(w, u, 'compute-matched', 'ppl_final')} / {at(w, u, 'compute-matched', 'ppl_best')} "
+         f"({at(w, u, 'compute-matched', 'best_step', '{:.0f}')})", f"{c['change']:+.1f}% ({fmt_p(c['p'])}, "
+         f"{fmt_n(c)}): {c['verdict']}" if (c := cells.get((w, u))) else "-"]
+        for w, u in sorted({(w, u) for w, u, _ in by})])
     said = "; ".join(f"d{w}: " + (f"U = {u:,}" if u else "none in the range") for w, u in crossover.items())
     regime = (f"{a.n_layer}-layer GPTs at d = {', '.join(map(str, a.widths))}, {a.seeds} seeds; prose "
               f"({a.prose_stage}, {a.prose}) {a.prose_steps} steps of {a.batch_size} x {a.block_size} tokens at every "
@@ -116,18 +115,14 @@ def render(a, recs, missing, out, provenance, settings):
 
 def plot(recs, path):
     """curves.png: a panel per (width, U), each arm's mean validation perplexity over seeds against the step."""
-    keys = sorted({(r["width"], r["unique"]) for r in recs})
-    if not keys:
+    if not (by := common.group(recs, lambda r: (r["width"], r["unique"]))):
         return
-    plt, ws, us = common.pyplot(), sorted({w for w, _ in keys}), sorted({u for _, u in keys})
-    fig, axes = plt.subplots(len(ws), len(us), figsize=(4 * len(us), 3.2 * len(ws)), squeeze=False)
-    for (w, u), ax in ((k, axes[ws.index(k[0])][us.index(k[1])]) for k in keys):
-        for c in ARMS:
-            curves = [r["curve"] for r in recs if (r["condition"], r["width"], r["unique"]) == (c, w, u)]
-            steps = sorted({s for cv in curves for s, _ in cv})
-            mean = [math.exp(mean_std([math.log(p) for cv in curves for s2, p in cv if s2 == s])[0]) for s in steps]
-            ax.plot(steps, mean, label=c) if steps else None
+    ws, us = sorted({w for w, _ in by}), sorted({u for _, u in by})
+    fig, axes = common.pyplot().subplots(len(ws), len(us), figsize=(4 * len(us), 3.2 * len(ws)), squeeze=False)
+    for (w, u), rs in by.items():
+        ax = axes[ws.index(w)][us.index(u)]
+        for c, cs in common.group(rs, lambda r: r["condition"]).items():
+            steps = sorted({s for r in cs for s, _ in r["curve"]})
+            ax.plot(steps, [mean_std([p for r in cs for s2, p in r["curve"] if s2 == s])[0] for s in steps], label=c)
         ax.set(title=f"d{w}, U = {u:,}", yscale="log", xlabel="prose step", ylabel="val ppl")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    common.save_figure(fig, path)
+    common.finish(fig, [ax for row in axes for ax in row], path)
