@@ -150,8 +150,7 @@ def parse_args(argv=None):
     if a.headline_seeds < 0 or a.prose_tokens < 0 or min(a.widths + a.capacity_widths) <= 0 or any(
             w % a.n_head for w in a.widths + a.capacity_widths + [a.long_width]):
         p.error(f"--headline-seeds and --prose-tokens must be >= 0, widths positive multiples of --n-head {a.n_head}")
-    a._reused = ladder_scarcity.reused(a, ladder_report.kept_settings(a)) if a.preset == "scarcity" else \
-        ladder_report.reused(a)
+    a._reused = ladder_report.reused(a)
     return a
 
 

@@ -26,12 +26,15 @@ PAPER_SHARE = "a few percent: music ~2 passes over 36k MAESTRO chunks and a poet
 
 def reused(a):
     """--reuse DIR: {(condition, width, seed): (record, details)} of the results DIR's report holds, made with the
-    same settings; their prose runs are not trained again (their pre-training, seconds, is: the report's facts)."""
+    same settings; their prose runs are not trained again (their pre-training, seconds, is: the report's facts).
+    --preset scarcity: {(condition, width, seed, U asked): record} (its records keep their curves)."""
     if not a.reuse:
         return {}
     old, now = common.reused_report(a.reuse), kept_settings(a)
     if diff := sorted(k for k, v in json.loads(json.dumps(now)).items() if old["settings"].get(k) != v):
         raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
+    if a.preset == "scarcity":
+        return {(r["condition"], r["width"], r["seed"], r["unique_asked"]): r for r in old["runs"]}
     det = json.loads((Path(a.reuse) / "details.json").read_text())["runs"]
     return {(r["condition"], r["width"], r["seed"]): (r, det[f"{r['condition']}/d{r['width']}/s{r['seed']}"])
             for r in old["runs"]}

@@ -9,7 +9,6 @@ most): the control never loses only by training past its best. The crossover: th
 ends clearly below the control at its best (claims.py's rule).
 """
 
-import json
 import math
 
 from experiments.lib import common
@@ -46,17 +45,6 @@ def plan(a, make_run, pre_run, cpu_seconds):
     for m in (r.meta for r in runs.values()):
         m["cpu_s"] = cpu_seconds(a, m["kind"], m["width"], m["steps"], m["evals"] * m["eval_iters"])
     return runs
-
-
-def reused(a, settings):
-    """--reuse DIR: {(condition, width, seed, U): record} of DIR's report, made with the same settings (widths and
-    seeds aside: a cell's record says its own)."""
-    if not a.reuse:
-        return {}
-    old, now = common.reused_report(a.reuse), json.loads(json.dumps(settings))
-    if diff := sorted(k for k, v in now.items() if k not in ("widths", "seeds") and old["settings"].get(k) != v):
-        raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
-    return {(r["condition"], r["width"], r["seed"], r["unique_asked"]): r for r in old["runs"]}
 
 
 def records(a, runs):
