@@ -36,9 +36,8 @@ import torch  # noqa: E402
 from batches import keep_unique_tokens, load_corpus  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep, data_constrained_scan as sc  # noqa: E402
-from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
-from experiments.lib.common import (Run, group, is_finished, kept_records, main_guard, pace_line,  # noqa: E402
-                                    read_summary, reused_report, run_sweep, sweep_parser)
+from experiments.lib.common import (Run, experiment_main, group, is_finished, kept_records, main_guard,  # noqa: E402
+                                    pace_line, read_summary, reused_report, sweep_parser)
 from evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import parse_args as train_parse_args  # noqa: E402
 
@@ -287,45 +286,41 @@ def main(argv=None):
     a, threads = parse_args(argv), torch.get_num_threads()
     torch.set_num_threads(a.threads or os.cpu_count() or 1)  # this process only evaluates; runs set their own
     try:
-        if a.plan:
-            check_budgets(a)
-            return print(plan(a))
-        a.out.mkdir(parents=True, exist_ok=True)
-        bare = a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*"))
-        records = kept_records(a.out, rep.RECORD_KEYS, "drop --report-only") if bare else train_and_collect(a)
-        print("== phase 4: report\n\n" + rep.render(records, a.out) + f"\nwrote {a.out}: report.md, report.json, PNGs")
+        experiment_main(a, argv, show_plan=lambda a, _: check_budgets(a) or print(plan(a)), train=train_and_collect,
+                        render=lambda a, records, _: rep.render(records(), a.out),
+                        wrote="== phase 4: report\n\n{text}\nwrote {out}: report.md, report.json, PNGs")
     finally:
         torch.set_num_threads(threads)
 
 
-def train_phase(a, runs, title):
-    """Train a phase's unfinished runs --reuse does not take (not with --report-only), evaluate them; how many trained."""
+def train_phase(a, train, runs, title):
+    """Train a phase's unfinished runs --reuse does not take (train: nothing with --report-only), evaluate them."""
     print(title, flush=True)
     runs = [r for r in runs if r.name not in a._reused]
-    trained = 0 if a.report_only else len(run_sweep(runs, jobs=a.jobs, threads=a.threads))
+    train(runs)
     evaluate_runs([r.folder for r in runs], a.jobs, a.threads)
-    return trained
 
 
-def train_and_collect(a):
-    """Phases 0-3 (training skipped with --report-only) and the records of phase 4."""
+def train_and_collect(a, _, train):
+    """Phases 0-3 (train: nothing with --report-only); returns how to read the records of phase 4 once the invocation
+    is recorded (with --report-only and no finished run, the ones OUT/report.json keeps)."""
+    if a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
+        return lambda: kept_records(a.out, rep.RECORD_KEYS, "drop --report-only")
     check_budgets(a)
-    if a.reuse and not a.report_only:  # DIR's invocations come first
-        inherit_invocations(a.out, a._old)
-    prov, scan, trained = None if a.report_only else Provenance(a.out), None, 0
+    scan = None
     if a.scan:
-        trained, scan = train_phase(a, scan_runs(a), "== phase 0: the scan"), choose(a, scan_runs(a))
+        train_phase(a, train, scan_runs(a), "== phase 0: the scan")
+        scan = choose(a, scan_runs(a))
         print(f"  chosen: {a.epochs:g} epochs, sizes {', '.join(s[0] for s in a.sizes)}, budgets {a.budgets}")
     a.sweep_budget = int(a.sweep_budget or a.budgets[0])
-    trained += train_phase(a, sweep := sweep_runs(a), f"== phase 1: the decay sweep, {len(sweep)} runs")
+    train_phase(a, train, sweep := sweep_runs(a), f"== phase 1: the decay sweep, {len(sweep)} runs")
     if None in (strong := pick_strong(a, sweep)).values():
         raise UserError(f"the decay sweep of size(s) {[s for s, v in strong.items() if v is None]} has unfinished or "
                         f"diverged runs in {a.out / 'runs'}; rerun without --report-only (diverged: lower the lrs)")
     grid, done = grid_runs(a, strong), {s.name for s in sweep}
     todo = [r for r in unique(grid) if r.name not in done]
-    trained += train_phase(a, todo, f"== phases 2-3: the grid, {len(todo)} runs beyond the sweep's")
-    prov.finish(runs_trained=trained) if prov else None  # wall and CPU time, summed over resumptions
-    return rep.collect(a, sweep, grid, strong, scan)
+    train_phase(a, train, todo, f"== phases 2-3: the grid, {len(todo)} runs beyond the sweep's")
+    return lambda: rep.collect(a, sweep, grid, strong, scan)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ evaluated each epoch. Budgets (PRESETS): prose = the first --prose-tokens for --
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +35,7 @@ from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
 from experiments.lib import common, ladder_music, ladder_report, ladder_scarcity  # noqa: E402
 from experiments.lib.ladder_headline_claims import HEADLINE_ARMS, HEADLINE_SEEDS  # noqa: E402
-from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
-from experiments.lib.common import Run, run_sweep  # noqa: E402
+from experiments.lib.common import Run  # noqa: E402
 
 # condition -> (pre-training run key or None, prose run key, --transfer of the prose run, prose budget)
 CONDITIONS = {
@@ -303,16 +301,21 @@ def print_plan(a, runs):
     return todo / jobs
 
 
-def run_waves(a, runs):
-    """Train every wave in turn (a run whose pre-training diverged is skipped: the report lists it)."""
-    trained, waves = 0, sorted({r.meta["wave"] for r in runs.values()})
+def run_waves(a, runs, sweep):
+    """Without --report-only: the plan printed, the music checked, every wave trained in turn (a run whose
+    pre-training diverged is skipped: the report lists it). Returns the runs."""
+    if a.report_only:
+        return runs
+    print_plan(a, runs)
+    ladder_music.check_music_chunks(a, runs)
+    waves = sorted({r.meta["wave"] for r in runs.values()})
     for wave in waves:
         rs = sorted((r for r in runs.values() if r.meta["wave"] == wave), key=lambda r: (r.meta.get("order", 0),
                                                                                         -r.meta["cpu_s"]))
         ok = [r for r in rs if not any((a.out / "runs" / d / "diverged.json").exists() for d in r.meta["deps"])]
         print(f"\n== wave {wave}/{len(waves)}: {len(ok)} runs ({len(rs) - len(ok)} skipped: pre-training diverged)")
-        trained += len(run_sweep(ok, jobs=a.jobs, threads=a.threads))
-    return trained
+        sweep(ok)
+    return runs
 
 
 # --- the records: one per (condition, width, seed), from the runs of its chain ---------------------
@@ -372,27 +375,13 @@ def collect(a, runs):
 
 
 def main(argv=None):
-    a, t0 = parse_args(argv), time.time()
-    if a.plan:
-        return print_plan(a, plan(a))
-    if a.report_only and (a.out / "report.json").exists() and not (a.out / "runs").exists():
-        print(f"no run folders in {a.out}: rebuilding from its report.json (the flags it was made with)")
-        text = ladder_report.rebuild(a.out)
-    else:
-        runs = plan(a)
-        a.out.mkdir(parents=True, exist_ok=True)
-        if not a.report_only:
-            if a.reuse:  # DIR's invocations come first
-                inherit_invocations(a.out, common.reused_report(a.reuse))
-            prov = Provenance(a.out, argv)
-            print_plan(a, runs)
-            ladder_music.check_music_chunks(a, runs)
-        provenance = kept_provenance(a.out) if a.report_only else prov.finish(runs_trained=run_waves(a, runs))
-        text = (ladder_report.render_headline(a, *ladder_report.headline_records(a, runs), a.out, provenance)
-                if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out,
-                provenance, ladder_report.kept_settings(a)) if a.preset == "scarcity" else
-                ladder_report.render(a, *collect(a, runs), a.out, provenance))
-    print("\n" + text + f"\nwrote {a.out / 'report.md'}, report.json, details.json, the PNGs ({time.time() - t0:.0f} s)")
+    common.experiment_main(parse_args(argv), argv, plan=plan, show_plan=print_plan, train=run_waves,
+                           rebuild=ladder_report.rebuild, render=lambda a, runs, prov: (
+        ladder_report.render_headline(a, *ladder_report.headline_records(a, runs), a.out, prov)
+        if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out, prov,
+                                                              ladder_report.kept_settings(a))
+        if a.preset == "scarcity" else ladder_report.render(a, *collect(a, runs), a.out, prov)),
+        wrote="\n{text}\nwrote {out}/report.md, report.json, details.json, the PNGs ({s:.0f} s)")
 
 
 if __name__ == "__main__":

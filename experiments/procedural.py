@@ -22,13 +22,11 @@ preset of experiments/results/procedural-table is no longer run; --report-only r
 """
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
 
 from experiments.lib import common, procedural_authors as pa  # noqa: E402
-from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
 from data.common import UserError  # noqa: E402
 
 # the six claims of the paper's diagnostic table, each cell (task:row[:transfer]) with its own baseline
@@ -116,26 +114,20 @@ def print_plan(a, runs):
     print(common.pace_line(runs, estimate, s, a.jobs) or "no run finished yet: no measured pace")
 
 
+def train(a, runs, sweep):
+    """Without --report-only every run trained (pa.run_all); the pre-trained models kept in OUT/pretrained/."""
+    if not a.report_only:
+        pa.run_all(a, sweep)
+    pa.kept_pretrained(a, [r for r in runs if r.meta["part"] == "pretrain"])
+    return runs
+
+
 def main(argv=None):
     from experiments.lib import procedural_report as report
-    a = parse_args(argv)
-    t0 = time.time()
-    pre, base, warm = pa.plan(a)
-    runs = pre + base + warm
-    if a.plan:
-        return print_plan(a, runs)
-    if a.report_only and (a.out / "report.json").exists() and not (a.out / "runs").exists():  # a committed copy
-        print(f"no run folders in {a.out}: rebuilding from its report.json (the flags it was made with)")
-        text = report.rebuild(a.out)
-    else:
-        a.out.mkdir(parents=True, exist_ok=True)
-        if a.reuse:
-            inherit_invocations(a.out, common.reused_report(a.reuse))
-        provenance = kept_provenance(a.out) if a.report_only else Provenance(a.out, argv).finish(runs_trained=pa.run_all(a))
-        pa.kept_pretrained(a, pre)
-        text = report.render(a, report.collect(a, runs), len(runs), a.out, provenance)
-    print("\n" + text)
-    print(f"\nwrote {a.out / 'report.md'}, report.json and the PNGs ({time.time() - t0:.0f} s in all)")
+    common.experiment_main(
+        parse_args(argv), argv, plan=lambda a: sum(pa.plan(a), []), show_plan=print_plan, train=train,
+        render=lambda a, runs, prov: report.render(a, report.collect(a, runs), len(runs), a.out, prov),
+        rebuild=report.rebuild, wrote="\n{text}\n\nwrote {out}/report.md, report.json and the PNGs ({s:.0f} s in all)")
 
 
 if __name__ == "__main__":

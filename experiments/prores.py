@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 
 from data.common import UserError  # noqa: E402
 from experiments.lib import prores_report as rep  # noqa: E402
-from experiments.lib.provenance import Provenance, inherit_invocations  # noqa: E402
-from experiments.lib.common import (is_finished, kept_records, main_guard, pace_line, reused_report,  # noqa: E402
-                                    run_sweep, sweep_parser)
+from experiments.lib.provenance import inherit_invocations  # noqa: E402
+from experiments.lib.common import (experiment_main, is_finished, kept_records, main_guard, pace_line,  # noqa: E402
+                                    reused_report, sweep_parser)
 from experiments.lib.prores_runs import ARMS, measure_runs, scan_runs, train_argv  # noqa: E402
 import model  # noqa: E402
 
@@ -177,31 +177,28 @@ def plan(a):
         print(f"measurement: at the point the scan picks, {len(a.norms) * len(a.arms) * a.seeds} runs per depth")
 
 
-def main(argv=None):
-    a = parse_args(argv)
-    if a.plan:
-        return plan(a)
-    a.out.mkdir(parents=True, exist_ok=True)
+def train(a, _, sweep):
+    """The scan trained, the measurement point it picks, its runs trained but those --reuse takes (nothing trained with
+    --report-only); returns how to read the records once the invocation is recorded: from the runs, else with
+    --report-only, no --reuse and no finished run, the ones OUT/report.json keeps."""
     if a.report_only and not a.reuse and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
-        records = kept_records(a.out, rep.RECORD_KEYS, "run without --report-only first")
-    else:
-        prov, trained, scan = (None if a.report_only else Provenance(a.out)), 0, (scan_runs(a) if a.scan else [])
-        if not a.report_only:  # the corpus is prepared (or its problem reported) once, before any worker starts
-            rep.Data().load((scan or measure_runs(a, a.lr, a.depths))[0])
-            trained += len(run_sweep(scan, jobs=a.jobs, threads=a.threads)) if scan else 0
-        scan_recs = rep.analyse(a, scan)
-        point = measurement_point(a, scan_recs)
-        meas = measure_runs(a, *point[:2])
-        if (old := reused(a, meas)) and a.reuse:  # the invocations that made them come first
-            inherit_invocations(a.out, reused_report(a.reuse))
-        if not a.report_only:
-            trained += len(run_sweep([r for r in meas if r.name not in old], jobs=a.jobs, threads=a.threads))
-            prov.finish(runs_trained=trained)
-        records = rep.collect(a, scan_recs, [x or old.get(r.name) for r, x in zip(meas, rep.analyse(a, meas))], point)
-        if not records["runs"] + records["scan"]:
-            raise UserError(f"no finished runs in {a.out / 'runs'}: run without --report-only first")
-    print(rep.render(records, a.out))
-    print(f"\nwrote {a.out / 'report.md'}, report.json and the PNGs")
+        return lambda: kept_records(a.out, rep.RECORD_KEYS, "run without --report-only first")
+    scan = scan_runs(a) if a.scan else []
+    if not a.report_only:  # the corpus is prepared (or its problem reported) once, before any worker starts
+        rep.Data().load((scan or measure_runs(a, a.lr, a.depths))[0])
+    sweep(scan)
+    point = measurement_point(a, scan_recs := rep.analyse(a, scan))
+    meas = measure_runs(a, *point[:2])
+    if (old := reused(a, meas)) and a.reuse:  # the invocations that made them come first
+        inherit_invocations(a.out, reused_report(a.reuse))
+    sweep([r for r in meas if r.name not in old])
+    return lambda: rep.collect(a, scan_recs, [x or old.get(r.name) for r, x in zip(meas, rep.analyse(a, meas))], point)
+
+
+def main(argv=None):
+    experiment_main(parse_args(argv), argv, show_plan=lambda a, _: plan(a), train=train, inherit=False,
+                    render=lambda a, records, _: rep.render(records(), a.out),
+                    wrote="{text}\n\nwrote {out}/report.md, report.json and the PNGs")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
 import train  # noqa: E402
 from checkpoint import read_summary  # noqa: E402,F401 (the experiments read it from here)
 from data.common import UserError, atomic_write_bytes, positive_float, positive_int, writable_folder  # noqa: E402,F401 (types here)
-from experiments.lib.provenance import Provenance  # noqa: E402 (main_guard records a stopped invocation)
+from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
 
 
 @dataclass
@@ -282,6 +282,28 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def experiment_main(a, argv, *, show_plan, train, render, wrote, plan=lambda a: None, rebuild=None, inherit=True):
+    """An experiment script's main() from its flags: --plan is show_plan(a, plan(a)); --report-only where OUT has no
+    run folders but a report.json, rebuild(OUT); else OUT made, --reuse DIR's invocations first (inherit), got =
+    train(a, plan(a), sweep) recorded as this invocation (Provenance) while sweep(runs) trains them (neither with
+    --report-only), and report.md's text render(a, got, provenance) printed by `wrote` ({text}, {out}, {s})."""
+    t0, trained = time.time(), []
+    if a.plan:
+        return show_plan(a, plan(a))
+    if rebuild and a.report_only and (a.out / "report.json").exists() and not (a.out / "runs").exists():
+        print(f"no run folders in {a.out}: rebuilding from its report.json (the flags it was made with)")
+        text = rebuild(a.out)
+    else:
+        runs = plan(a)
+        a.out.mkdir(parents=True, exist_ok=True)
+        if a.reuse and inherit:  # the invocations that made the runs DIR gives come first
+            inherit_invocations(a.out, reused_report(a.reuse))
+        prov = None if a.report_only else Provenance(a.out, argv)
+        got = train(a, runs, lambda rs: trained.append(0 if a.report_only else len(run_sweep(rs, a.jobs, a.threads))))
+        text = render(a, got, kept_provenance(a.out) if a.report_only else prov.finish(runs_trained=sum(trained)))
+    print(wrote.format(text=text, out=a.out, s=time.time() - t0))
 
 
 def main_guard(main):

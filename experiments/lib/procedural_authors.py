@@ -5,7 +5,7 @@ downstream/algorithmic_tasks/experiment_stream.py and task_*.py (a diagnostic ru
 procedural_pretraining/configs/<kind>.yaml (a pre-training run: YAML), downstream/utils.py (the transfer).
 
     pre, base, warm = plan(a)   # the pre-training runs, the baselines, the runs from a pre-trained model
-    run_all(a)                  # pre-training and baselines, the merges, then the rest; returns runs trained
+    run_all(a, sweep)           # pre-training and baselines, the merges, then the rest, each by sweep(runs)
 """
 
 from pathlib import Path
@@ -263,9 +263,9 @@ def make_merges(a):
                     save_checkpoint(path, transfer.merge_checkpoints({"attn": sources[0], "mlp": sources[1]}))
 
 
-def run_all(a):
+def run_all(a, sweep):
     """The pre-training runs a diagnostic still needs, and the baselines (to keep the cores busy); the merges;
-    the other diagnostics not reused, seed by seed (a sweep stopped part-way leaves whole seeds); runs trained."""
+    the other diagnostics not reused, seed by seed (a sweep stopped part-way leaves whole seeds), by sweep(runs)."""
     pre, base, warm = plan(a)
     done = reused(a, pre + base + warm)
     warm = [r for r in warm if r.name not in done]
@@ -273,9 +273,9 @@ def run_all(a):
     need = {n for r in warm for n in r.meta["pre"]}
     first = [r for r in pre if r.name not in done or r.name in need and not pre_ckpt(a, r.meta["condition"], r.meta[
         "task"], r.meta["seed"]).exists()] + [r for r in base if r.name not in done]
-    trained = len(common.run_sweep(first, jobs=a.jobs, threads=a.threads))
+    sweep(first)
     make_merges(a)
     ready = [r for r in warm if Path(r.meta["init"]).exists()]
     if len(ready) < len(warm):  # a pre-training run diverged (its diverged.json says why)
         print("skipped (no pre-trained checkpoint): " + ", ".join(r.name for r in warm if r not in ready))
-    return trained + len(common.run_sweep(ready, jobs=a.jobs, threads=a.threads))
+    sweep(ready)

@@ -19,7 +19,8 @@ from experiments.lib import prores_claims
 from experiments.lib.claims import (MIN_N, RULE, compare, fmt_mean_std, fmt_p, md_section, md_table, paired, read_all,
                                     table)
 from experiments.lib.provenance import kept_provenance, provenance_line
-from experiments.lib.common import group, pyplot, read_events, read_summary, save_figure, settings_json, write_report
+from experiments.lib.common import (UserError, group, pyplot, read_events, read_summary, save_figure, settings_json,
+                                    write_report)
 from experiments.lib.prores_runs import arm_flags, prores_T, warmup_iters
 from prores import ramp_steps
 
@@ -140,6 +141,8 @@ def settle(r, warmup_iters, stuck_margin, curves=True):
 
 def collect(a, scan_recs, meas_recs, point):
     """The records a report is rendered from: the settings, the measurement point, the spike rule, the runs."""
+    if not any(scan_recs + meas_recs):
+        raise UserError(f"no finished runs in {a.out / 'runs'}: run without --report-only first")
     return {"settings": settings_json(a, ("report_only", "plan", "reuse")),  # --reuse: in the runs ("reused")
             "measurement_point": dict(zip(("lr", "depths", "why"), point)), "spike_definition": spike_definition(a),
             "scan": [r for r in scan_recs if r], "runs": [r for r in meas_recs if r]}
