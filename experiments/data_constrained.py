@@ -68,17 +68,15 @@ PRESETS = {"authors": (AUTHORS, dict(AUTHORS, **QUICK, scan_sizes="L1d16,L2d24,L
 SCAN_RULES = dict(margin=0.3, overfit_gap=0.3, mdlm_margin=0.1, min_sizes=3, min_budgets=4)
 # ms per optimizer step, one thread, two jobs on a 2-core AMD EPYC: AR ~ 50 + N / 2,700; MIR ~2x, MDLM ~1.5x
 STEP_MS = dict(ar=lambda n: 50 + n / 2700, mir=lambda n: 2 * (50 + n / 2700), mdlm=lambda n: 1.5 * (50 + n / 2700))
-FLAGS = {"sizes": (str, "model sizes, L<layers>d<width>[h<heads>]"), "budgets": (str, "budgets U (without the scan)"),
-         "epochs": (float, "passes over U"), "methods": (str, f"of {', '.join(METHOD_RUN)}"), "stage": (str, "corpus"),
-         "seeds": (int, "seeds of wd and wd+mir"), "decays": (str, "decays of the sweep"), "laws": (str, "laws to fit"),
-         "train_args": (str, "extra train.py flags, one string")}  # unset: the preset's
+FLAGS = [("sizes", str, "model sizes, L<layers>d<width>[h<heads>]"), ("budgets", str, "budgets U (without the scan)"),
+         ("epochs", float, "passes over U"), ("methods", str, f"of {', '.join(METHOD_RUN)}"), ("stage", str, "corpus"),
+         ("seeds", int, "seeds of wd and wd+mir"), ("decays", str, "decays of the sweep"), ("laws", str, "laws to fit"),
+         ("train-args", str, "extra train.py flags, one string")]  # unset: the preset's
 
 
 def parse_args(argv=None):
-    p = sweep_parser(__doc__, "out/data_constrained")
-    p.add_argument("--preset", choices=tuple(PRESETS), default="authors", help="PRESETS: authors (default), earlier")
-    for k, (typ, text) in FLAGS.items():
-        p.add_argument("--" + k.replace("_", "-"), type=typ, default=None, help=text)
+    p = sweep_parser(__doc__, "out/data_constrained", FLAGS, choices=tuple(PRESETS), default="authors",
+                     help="PRESETS: authors (default), earlier")
     a = p.parse_args(argv)
     vars(a).update({k: v for k, v in PRESETS[a.preset][a.quick].items() if getattr(a, k, None) is None})
     a.out = Path(a.out or ("out/data_constrained-quick" if a.quick else "out/data_constrained"))

@@ -60,10 +60,7 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
 
 
 def parse_args(argv=None):
-    p = common.sweep_parser(__doc__, "out/procedural")
-    for flag, kind, what, *default in FLAGS:
-        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what)
-    a = p.parse_args(argv)
+    a = common.sweep_parser(__doc__, "out/procedural", FLAGS).parse_args(argv)
     vars(a).update({k: v for k, v in PRESETS["quick" if a.quick else "default"].items() if getattr(a, k) is None})
     a.cells = pa.parse_cells(TABLE if a.cells == "table" else a.cells)
     pick = lambda f: list(dict.fromkeys(x for c in a.cells for x in f(*c)))  # noqa: E731 (in the cells' order)

@@ -55,6 +55,11 @@ PRESETS = {  # "quick": the entries --quick replaces
     "warmup": dict(COMMON, lr=4e-3, depths=[8, 48, 96], norms=["post"], iters=1000, seeds=3, evals=10,
                    warmup_frac=0.2, arms=["base"], quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
 }
+FLAGS = [("seeds", int, "seeds 0..N-1 per condition"), ("iters", int, "steps per measurement run"),  # unset: the preset's
+         ("lr", str, "peak lr, or 'auto' (from the scan)"), ("depths", str, "comma-separated layer counts, or 'auto' "
+         "(from the scan)"), ("norms", str, f"comma-separated norm placements, from {', '.join(model.NORMS)}"),
+         ("stage", str, "train.py stage (tests: music-synthetic)"), ("train-args", str, "extra train.py flags for "
+         "every run, one string")]
 MS_PER_LAYER_STEP, START_S = 7.0, 4.0  # CPU time of a 1-thread run of width 32 (2-core EPYC), +-30%
 
 
@@ -63,15 +68,7 @@ def numbers(text, kind):
 
 
 def parse_args(argv=None):
-    p = sweep_parser(__doc__, "out/prores")
-    p.add_argument("--preset", default="breakdown", choices=sorted(PRESETS), help="default: breakdown")
-    p.add_argument("--seeds", type=int, help="seeds 0..N-1 per condition")
-    p.add_argument("--iters", type=int, help="steps per measurement run")
-    p.add_argument("--lr", help="peak lr, or 'auto' (from the scan)")
-    p.add_argument("--depths", help="comma-separated layer counts, or 'auto' (from the scan)")
-    p.add_argument("--norms", help=f"comma-separated norm placements, from {', '.join(model.NORMS)}")
-    p.add_argument("--stage", help="train.py stage (tests: music-synthetic)")
-    p.add_argument("--train-args", help="extra train.py flags for every run, one string")
+    p = sweep_parser(__doc__, "out/prores", FLAGS, default="breakdown", choices=sorted(PRESETS), help="default: breakdown")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="any other preset entry, the value in JSON: n_embd=64 scan_lrs=[1e-3,4e-3]")
     a = p.parse_args(argv)

@@ -60,11 +60,16 @@ def add_sweep_args(p, default_out):
                         "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")
 
 
-def sweep_parser(doc, default_out):
-    """An experiment script's parser: its docstring's first line (the layout kept) and the flags of add_sweep_args."""
+def sweep_parser(doc, default_out, flags=(), **preset):
+    """An experiment script's parser: its docstring's first line (the layout kept), the flags of add_sweep_args, --preset
+    (preset: its options) and FLAGS, (flag, type, help[, default]): unset (None) flags take the preset's values."""
     from flags import ArgumentParser  # one-line errors, like train.py
     p = ArgumentParser(description=doc.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_args(p, default_out)
+    if preset:
+        p.add_argument("--preset", **preset)
+    for flag, kind, what, *default in flags:
+        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what)
     return p
 
 
