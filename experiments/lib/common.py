@@ -99,10 +99,6 @@ def kept_records(out, keys, fix=None):
         raise UserError(f"no finished runs in {Path(out) / 'runs'} and no {path}: {fix}")
 
 
-def threads_per_run(jobs, threads):
-    return threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))
-
-
 def is_finished(folder):
     return (Path(folder) / "summary.json").exists() or (Path(folder) / "diverged.json").exists()
 
@@ -203,7 +199,7 @@ def _run_sweep(runs, jobs, threads, term):
     n_done = len(runs) - len(todo)
     if n_done:
         print(f"{n_done} of {len(runs)} runs already finished (skipped)")
-    threads = threads_per_run(jobs, threads)
+    threads = threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))  # threads per run: cores / jobs
     results = {}
     if not todo:
         return results

@@ -201,18 +201,15 @@ def render(a, data, details, out, provenance):
 def rebuild(out):
     """report.md, report.json (and details.json, the PNGs) again from OUT/report.json alone: the
     flags, records and provenance it keeps; the per-epoch curves from details.json if it is there."""
-    rep = json.loads((out / "report.json").read_text())
-    path = out / "details.json"
-    details = json.loads(path.read_text())["runs"] if path.exists() else None
-    if rep["settings"].get("preset") == "scarcity":
+    rep, path = json.loads((out / "report.json").read_text()), out / "details.json"
+    a, prov, preset = argparse.Namespace(**rep["settings"]), rep.get("provenance"), rep["settings"].get("preset")
+    if preset == "scarcity":
         from experiments.lib import ladder_scarcity
-        return ladder_scarcity.render(argparse.Namespace(**rep["settings"]), rep["runs"], rep["missing"], out,
-                                      rep.get("provenance"), rep["settings"])
-    if rep["settings"].get("preset") == "headline":
-        return render_headline(argparse.Namespace(**rep["settings"]), rep["runs"], rep["missing"], out,
-                               rep.get("provenance"))
+        return ladder_scarcity.render(a, rep["runs"], rep["missing"], out, prov, rep["settings"])
+    if preset == "headline":
+        return render_headline(a, rep["runs"], rep["missing"], out, prov)
     data = {k: rep[k] for k in ("runs", "missing", "facts", "prose_unigram_ppl")}
-    return render(argparse.Namespace(**rep["settings"]), data, details, out, rep.get("provenance"))
+    return render(a, data, json.loads(path.read_text())["runs"] if path.exists() else None, out, prov)
 
 
 def render_headline(a, records, missing, out, provenance):
