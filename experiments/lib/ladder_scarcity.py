@@ -1,18 +1,15 @@
 """
-The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity). At each number
-of unique prose tokens U (--scan-tokens; 0: the whole split), a (width, seed) has three prose runs, each stage 0 of
-its own run (the same prose batches): the ladder (music -> poetry -> prose; one pre-training pair a width and seed
-serves every U), prose alone at the same prose budget (random), and prose alone for as many steps as the whole
-ladder (compute-matched: the U tokens repeated, the data-constrained regime). Each is evaluated every --eval-every
-steps and read at its end and at its best evaluation (what a stopping rule that keeps the best checkpoint gives at
-most): the control never loses only by training past its best. The crossover: the largest U at which the ladder
-ends clearly below the control at its best (claims.py's rule).
-"""
+The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity): at each number of
+unique prose tokens U (--scan-tokens), a (width, seed) has three prose runs on the same batches: the ladder (one
+music -> poetry pair serves every U), prose alone at the same budget (random) and for the whole ladder's steps
+(compute-matched: U repeated). Each is read at its end and at its best evaluation (every --eval-every steps: what a
+stopping rule keeping the best checkpoint gives at most). The crossover: the largest U at which the ladder ends
+clearly below the control at its best."""
 
 import math
 
 from experiments.lib import common
-from experiments.lib.claims import RULE, fmt_mean_std, fmt_n, fmt_p, md_table, mean_std, read_all, table
+from experiments.lib.claims import RULE, mean_std, read_all, table
 from experiments.lib.ladder_scarcity_claims import CLAIMS, CROSSOVER
 from experiments.lib.provenance import provenance_line
 
@@ -34,8 +31,8 @@ def plan(a, make_run, pre_run, cpu_seconds):
             for c, pre in ARMS.items():
                 if (c, w, s, u) in a._reused:
                     continue
-                steps = a.prose_steps + (a.music_steps + a.poetry_steps if c == "compute-matched" else 0)
-                chain = [pre_run(a, "musicL", w, s), pre_run(a, pre, w, s)] if pre else []
+                steps, chain = a.prose_steps + (a.music_steps + a.poetry_steps) * (c == "compute-matched"), [
+                    pre_run(a, "musicL", w, s), pre_run(a, pre, w, s)] if pre else []
                 r = make_run(a, f"prose-{c}-u{u}-d{w}-s{s}", a.prose_stage, steps, a.eval_every,
                              -(-steps // a.eval_every), a.eval_iters, w, s, chain[-1] if chain else None, "text",
                              ["--unique-tokens", u] * bool(u))
@@ -71,16 +68,6 @@ def render(a, recs, missing, out, provenance, settings):
     cells = {tuple(c["cell"]): c for c in next(e for e in entries if e["claim"] == CROSSOVER.claim)["cells"]}
     crossover = {w: max((u for (w2, u), c in cells.items() if w2 == w and c["verdict"] == "reproduces"), default=None)
                  for w in sorted({r["width"] for r in recs})}
-    by = common.group(recs, lambda r: (r["width"], r["unique"], r["condition"]))
-    at = lambda w, u, c, k, f="{:.1f}": fmt_mean_std([r[k] for r in by.get((w, u, c), [])], f)  # noqa: E731
-    lines = md_table(["d", "U (epochs of the ladder's prose)", "random, end", "ladder, end / best", "compute-matched, "
-                      "end / best (best step)", "ladder vs compute-matched at best"], [
-        [w, f"{u:,} ({mean_std([r['epochs'] for r in by.get((w, u, 'ladder'), [])])[0]:.1f})",
-         at(w, u, "random", "ppl_final"), f"{at(w, u, 'ladder', 'ppl_final')} / {at(w, u, 'ladder', 'ppl_best')}",
-         f"{at(w, u, 'compute-matched', 'ppl_final')} / {at(w, u, 'compute-matched', 'ppl_best')} "
-         f"({at(w, u, 'compute-matched', 'best_step', '{:.0f}')})", f"{c['change']:+.1f}% ({fmt_p(c['p'])}, "
-         f"{fmt_n(c)}): {c['verdict']}" if (c := cells.get((w, u))) else "-"]
-        for w, u in sorted({(w, u) for w, u, _ in by})])
     said = "; ".join(f"d{w}: " + (f"U = {u:,}" if u else "none in the range") for w, u in crossover.items())
     regime = (f"{a.n_layer}-layer GPTs at d = {', '.join(map(str, a.widths))}, {a.seeds} seeds; prose "
               f"({a.prose_stage}, {a.prose}) {a.prose_steps} steps of {a.batch_size} x {a.block_size} tokens at every "
@@ -88,17 +75,16 @@ def render(a, recs, missing, out, provenance, settings):
               f"{a.prose_steps + a.music_steps + a.poetry_steps} prose steps; evaluated every {a.eval_every} steps "
               f"({a.eval_iters} batches); the paper: WikiText-103 (~100M tokens), where prose is not scarce.")
     text = "\n".join(["# The ladder where prose is scarce: `python experiments/ladder.py --preset scarcity`", "",
-                      provenance_line(provenance), "", *table(entries), "", RULE, "", *lines, "",
+                      provenance_line(provenance), "", *table(entries), "", RULE, "",
                       f"The crossover (the largest U where the ladder is clearly below the control at its best): "
                       f"{said}.", "", regime, "", *(f"Missing: {m}" for m in missing[:20]),
                       "`curves.png`: prose validation perplexity against the step, each arm's mean over seeds.", ""])
     plot(recs, out / "curves.png")
-    common.write_report(out, text, source={"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"},
-                        regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
-                        front_table={"title": "The ladder against prose repeated for as many steps, by unique prose "
-                                     "tokens U", "lines": lines}, crossover=crossover, runs=recs, missing=missing,
-                        settings=settings)
-    return text
+    return common.write_report(out, text, source={"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"},
+                               regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
+                               front_table={"title": "The ladder against prose repeated for as many steps, by unique "
+                                            "prose tokens U", "lines": table(entries)}, crossover=crossover, runs=recs,
+                               missing=missing, settings=settings)
 
 
 def plot(recs, path):
