@@ -244,12 +244,11 @@ def plan(a):
                                       steps=it * (1 + v.count(",")), cpu_s=it / 2 + 125 * v.count(",")))
                 for c, v in HEADLINE_ARMS.items() for s in range(min(a.seeds, HEADLINE_SEEDS.get(c, a.seeds)))
                 for it in [int(train_flags(f"--stages {v}".split()).iters)]}
-    if a.preset == "scarcity":
-        return ladder_scarcity.plan(a, make_run, pre_run, cpu_seconds)
     runs = {}
-    for c, w, s in cells(a):  # a reused result's prose run is not run again
-        for r in chain(a, c, w, s)[:-1 if (c, w, s) in a._reused else None]:
-            r.meta["wave"] = 1 + (runs[r.meta["deps"][0]].meta["wave"] if r.meta["deps"] else 0)
+    for runs_of_a_cell in ladder_scarcity.chains(a, make_run, pre_run) if a.preset == "scarcity" else (
+            chain(a, c, w, s)[:-1 if (c, w, s) in a._reused else None] for c, w, s in cells(a)):  # (reused: no prose)
+        for r in runs_of_a_cell:
+            r.meta.setdefault("wave", 1 + (runs[r.meta["deps"][0]].meta["wave"] if r.meta["deps"] else 0))
             runs.setdefault(r.name, r)
     for r in runs.values():
         r.meta["cpu_s"] = cpu_seconds(a, r.meta["kind"], r.meta["width"], r.meta["steps"],

@@ -22,26 +22,19 @@ def scan(a):
     return [max(1, round(int(u) / per)) * per if int(u) else 0 for u in str(a.scan_tokens).split(",")]
 
 
-def plan(a, make_run, pre_run, cpu_seconds):
-    """{name: Run}: music and poetry pre-training once per (width, seed), where a ladder run still needs them (waves 1
-    and 2), then the prose runs (wave 3, width by width, so that a sweep stopped part-way leaves whole cells)."""
-    runs = {}
+def chains(a, make_run, pre_run):
+    """The runs of each cell not reused, first to last: the ladder's music and poetry pre-training (one pair serves
+    every U), then the prose run (wave 3, width by width: a sweep stopped part-way leaves whole cells)."""
     for order, (w, s) in enumerate((w, s) for w in a.widths for s in range(a.seeds)):
-        for u in scan(a):
-            for c, pre in ARMS.items():
-                if (c, w, s, u) in a._reused:
-                    continue
-                steps, chain = a.prose_steps + (a.music_steps + a.poetry_steps) * (c == "compute-matched"), [
-                    pre_run(a, "musicL", w, s), pre_run(a, pre, w, s)] if pre else []
-                r = make_run(a, f"prose-{c}-u{u}-d{w}-s{s}", a.prose_stage, steps, a.eval_every,
-                             -(-steps // a.eval_every), a.eval_iters, w, s, chain[-1] if chain else None, "text",
-                             ["--unique-tokens", u] * bool(u))
-                for x, wave in zip(chain + [r], (1, 2, 3)[-len(chain) - 1:]):  # pre-training first, shared
-                    runs.setdefault(x.name, x).meta.update(wave=wave, order=order)
-                r.meta.update(condition=c, unique=u, seed=s)
-    for m in (r.meta for r in runs.values()):
-        m["cpu_s"] = cpu_seconds(a, m["kind"], m["width"], m["steps"], m["evals"] * m["eval_iters"])
-    return runs
+        for u, (c, pre) in ((u, x) for u in scan(a) for x in ARMS.items() if (x[0], w, s, u) not in a._reused):
+            steps, chain = a.prose_steps + (a.music_steps + a.poetry_steps) * (c == "compute-matched"), [
+                pre_run(a, "musicL", w, s), pre_run(a, pre, w, s)] if pre else []
+            r = make_run(a, f"prose-{c}-u{u}-d{w}-s{s}", a.prose_stage, steps, a.eval_every, -(-steps // a.eval_every),
+                         a.eval_iters, w, s, chain[-1] if chain else None, "text", ["--unique-tokens", u] * bool(u))
+            r.meta.update(condition=c, unique=u, seed=s, wave=3)
+            for x in chain + [r]:
+                x.meta["order"] = order
+            yield chain + [r]
 
 
 def records(a, runs):
