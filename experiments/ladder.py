@@ -112,9 +112,8 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
     ("music-dir", str, "train.py --music-dir (default: the offline music21 corpus)"), ("data-seed", int, "", 0),
     ("prose-stage", str, "stage names (text:PATH: a folder)", "prose"), ("poetry-stage", str, "", "poetry"),
     ("music-stage", str, "", "music"), ("synthetic-stage", str, "", "music-synthetic"),
-    ("synthetic-tokens", int, "", 600_000), ("device", str, "", "auto"), ("scan-tokens", str, "--preset scarcity: "
-     "U, e.g. 61440,245760,0 (0: all)"), ("prose-steps", POS, "prose steps at every U"), ("eval-every", POS,
-     "steps between two prose evaluations (--preset scarcity)")]
+    ("synthetic-tokens", int, "", 600_000), ("device", str, "", "auto"), ("scan-tokens", str, "scarcity: U values "
+     "(0: all)"), ("prose-steps", POS, "scarcity: at every U"), ("eval-every", POS, "scarcity: steps between evals")]
 
 
 def parse_args(argv=None):
@@ -276,9 +275,7 @@ def long_pair_cost(a, width=64, seeds=3):
 
 def print_plan(a, runs):
     jobs = max(1, min(a.jobs, os.cpu_count() or 1))
-    if a.preset in ("headline", "scarcity"):
-        print(f"ladder plan (--preset {a.preset}):", a.budget if a.preset == "headline" else f"widths {a.widths}")
-    else:
+    if a.preset not in ("headline", "scarcity"):  # (theirs: the runs below say it)
         spe, unique = steps_per_epoch(a)
         print(f"ladder plan: {', '.join(a.conditions)}; widths {a.widths}; seeds 0..{a.seeds - 1}; out {a.out}\nprose: "
               f"{'first ' + format(unique, ',') + ' tokens' if unique else 'the whole corpus'} of {a.prose_stage} "

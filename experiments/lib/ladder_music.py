@@ -29,7 +29,7 @@ def real_and_sampled(a, checkpoint, path, tokens=512):
     """Write PATH: the first `tokens` tokens of the validation stream from its first piece start (left)
     and as many sampled from the checkpoint from BOS (right; temperature 0.8, top-k 200, as sample.py),
     each decoded to notes, and beside it MIDI_FILES. Returns PATH, or None without the checkpoint."""
-    import os
+    import io
     from pathlib import Path
     import torch
     import sample
@@ -43,10 +43,9 @@ def real_and_sampled(a, checkpoint, path, tokens=512):
     with torch.no_grad():
         row = sample.generate(model, ck, [BOS], tokens, 1, 0.8, 200, torch.Generator().manual_seed(0), None)[0]
     real, fake = (tokens_to_notes(x) for x in ([int(t) for t in val[first:first + tokens]], row.tolist()))
-    for name, notes in zip(MIDI_FILES, (real, fake)):
-        tmp = Path(path).with_name(f".{name}.tmp")
-        notes_to_midi(notes).save(tmp)
-        os.replace(tmp, Path(path).with_name(name))
+    for name, notes in zip(MIDI_FILES, (real, fake)):  # (a temporary name, then a rename)
+        notes_to_midi(notes).save(file=(midi := io.BytesIO()))
+        common.atomic_write_bytes(Path(path).with_name(name), midi.getvalue())
     plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), sharey=True)
     sample.write_piano_roll(real, None, f"real ({a.music_stage}, validation): {len(real)} notes", ax=axes[0])

@@ -23,8 +23,7 @@ def scan(a):
 
 
 def chains(a, make_run, pre_run):
-    """The runs of each cell not reused, first to last: the ladder's music and poetry pre-training (one pair serves
-    every U), then the prose run (wave 3, width by width: a sweep stopped part-way leaves whole cells)."""
+    """Each cell's runs, first to last (a pre-training pair serves every U; prose in wave 3, width by width)."""
     for order, (w, s) in enumerate((w, s) for w in a.widths for s in range(a.seeds)):
         for u, (c, pre) in ((u, x) for u in scan(a) for x in ARMS.items() if (x[0], w, s, u) not in a._reused):
             steps, chain = a.prose_steps + (a.music_steps + a.poetry_steps) * (c == "compute-matched"), [
@@ -41,9 +40,8 @@ def records(a, runs):
     """(the records of the reused cells and of every finished prose run: perplexity at the end and at the best
     evaluation, the curve; the cells still missing)."""
     got = {**a._reused}
-    for m, s, r in ((r.meta, common.read_summary(r.folder), r) for r in runs.values() if r.name.startswith("prose-")):
-        if s is None:
-            continue
+    for m, s, r in ((r.meta, s, r) for r in runs.values() if r.name.startswith("prose-")
+                    for s in [common.read_summary(r.folder)] if s):
         evals = sorted((e["iter"], math.exp(e["val_loss"])) for e in common.read_events(r.folder, "eval"))
         best, prose = min(evals, key=lambda e: e[1]), s["stages"][0]
         got[m["condition"], m["width"], m["seed"], m["unique"]] = {
@@ -62,11 +60,10 @@ def render(a, recs, missing, out, provenance, settings):
     crossover = {w: max((u for (w2, u), c in cells.items() if w2 == w and c["verdict"] == "reproduces"), default=None)
                  for w in sorted({r["width"] for r in recs})}
     said = "; ".join(f"d{w}: " + (f"U = {u:,}" if u else "none in the range") for w, u in crossover.items())
-    regime = (f"{a.n_layer}-layer GPTs at d = {', '.join(map(str, a.widths))}, {a.seeds} seeds; prose "
-              f"({a.prose_stage}, {a.prose}) {a.prose_steps} steps of {a.batch_size} x {a.block_size} tokens at every "
-              f"U; music {a.music_steps} steps on {3 * a.music_chunks} chunks, poetry {a.poetry_steps}; the control "
-              f"{a.prose_steps + a.music_steps + a.poetry_steps} prose steps; evaluated every {a.eval_every} steps "
-              f"({a.eval_iters} batches); the paper: WikiText-103 (~100M tokens), where prose is not scarce.")
+    regime = (f"{a.n_layer}-layer GPTs at d = {', '.join(map(str, a.widths))}, {a.seeds} seeds; prose ({a.prose}) "
+              f"{a.prose_steps} steps of {a.batch_size} x {a.block_size} tokens at every U; music {a.music_steps} "
+              f"steps on {3 * a.music_chunks} chunks, poetry {a.poetry_steps}; the control as many as all three; "
+              f"evaluated every {a.eval_every} steps ({a.eval_iters} batches); the paper: WikiText-103 (not scarce).")
     text = "\n".join(["# The ladder where prose is scarce: `python experiments/ladder.py --preset scarcity`", "",
                       provenance_line(provenance), "", *table(entries), "", RULE, "",
                       f"The crossover (the largest U where the ladder is clearly below the control at its best): "

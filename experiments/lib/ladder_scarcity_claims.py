@@ -1,6 +1,5 @@
-"""The claims of experiments/ladder.py --preset scarcity, read by claims.py in each cell (width, unique prose tokens U)
-from records {"condition", "width", "seed", "unique", "ppl_final", "ppl_best"}: prose perplexity at the end of a run
-and at its best evaluation (experiments/lib/ladder_scarcity.py)."""
+"""The claims of experiments/ladder.py --preset scarcity (lib/ladder_scarcity.py), read by claims.py in each cell
+(width, unique prose tokens U) from records {"condition", "width", "seed", "unique", "ppl_final", "ppl_best"}."""
 from experiments.lib.claims import Claim
 
 PPL, ARM = dict(cells=("width", "unique"), label="d{} U {:,}", fmt="{:.1f}", percent=True), lambda c: {"condition": c}
