@@ -185,11 +185,10 @@ def read(claim, records):
     """report.json's verdict entry of one claim: claim, paper, ours, test, verdict and its cells."""
     if claim.slope:
         return _read_slope(claim, records)
-    cells = []
+    cells, several = [], isinstance(claim.cells, tuple)
+    at = (lambda r: tuple(r.get(k) for k in claim.cells)) if several else (lambda r: r.get(claim.cells))
     for t, b, arm in arms(claim):
         t_all, b_all = select(records, t), select(records, b)
-        several = isinstance(claim.cells, tuple)
-        at = (lambda r: tuple(r.get(k) for k in claim.cells)) if several else (lambda r: r.get(claim.cells))
         values = [None] if claim.cells is None else sorted({at(r) for r in t_all} & {at(r) for r in b_all}, key=_order)
         for v in (v for v in values if claim.only is None or v in claim.only):
             more = {} if claim.cells is None else dict(zip(claim.cells, v)) if several else {claim.cells: v}
