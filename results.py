@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.lib.claims import RULE, cell, counts, table  # noqa: E402
+from experiments.lib.claims import RULE, cell, counts, table, word_counts  # noqa: E402
 from data.common import atomic_write_bytes  # noqa: E402
 from experiments.lib.provenance import provenance_line  # noqa: E402
 from flags import ArgumentParser  # noqa: E402
@@ -98,9 +98,11 @@ def results_page(reports):
              "Made by `python results.py` from the four experiments' `report.json` files (nothing is "
              "trained; change a paper's claim table in `experiments/lib/<paper>_claims.py`, not this page). Each row "
              "sets one claim of a paper beside our measurement. " + RULE, "",
-             "| paper | verdicts |", "|---|---|"]
+             "| paper | verdicts | against the paper, cell by cell (the reports on this page) |", "|---|---|---|"]
     for i, (name, heading) in enumerate(PAPERS, 1):
-        lines.append(f"| [{i}. {heading}](#{anchor(i, heading)}) | {counts(reports[name].get('verdicts', []))} |")
+        every = [v for r in [name] + [o for o, _ in SHOWN.get(name, ())] for v in load(r).get("verdicts", [])]
+        lines.append(f"| [{i}. {heading}](#{anchor(i, heading)}) | {counts(reports[name].get('verdicts', []))} | "
+                     f"{word_counts(every)} |")
     lines.append("")
     for i, (name, heading) in enumerate(PAPERS, 1):
         lines += paper_section(i, name, heading, reports[name])

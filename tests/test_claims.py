@@ -112,8 +112,39 @@ def test_the_table_escapes_pipes_and_read_all_adds_notes():
                          notes={"m | r": "at the cap"})
     assert es[0]["ours"].endswith("; at the cap")
     lines = claims.table(es)
-    assert lines[2].startswith("| m \\| r | x |") and lines[2].endswith("| **reproduces** |")
+    assert lines[2].startswith("| m \\| r | x |") and lines[2].endswith("| **reproduces** | reproduces |")
+    assert lines[-1] == "Against the paper, cell by cell: 1 reproduces; 1 of 1 effects survive BH."
     assert claims.counts(es + es) == "2 reproduce"
+
+
+@pytest.mark.parametrize("ci, side, paper, word", [
+    ((-14.0, -8.1), -1, -11.8, "reproduces"), ((-11.0, -6.7), -1, -26.0, "smaller than the paper"),
+    ((-29.1, -25.0), -1, -17.5, "larger than the paper"), ((-5.6, 3.8), -1, -4.8, "cannot tell"),
+    ((-2.8, 9.9), 1, 3.1, "cannot tell"), ((-1.9, 1.6), -1, -11.8, "disagrees"), ((5.2, 25.8), -1, -4.8, "opposite"),
+    ((0.2, 5.8), -1, -6.1, "opposite"), ((0.01, 0.03), 1, None, "reproduces"), ((-0.01, 0.03), 1, None, "cannot tell"),
+    ((-0.03, -0.01), 1, None, "opposite"), ((0.3, 0.5), 1, 0.262, "larger than the paper")])
+def test_the_word_against_the_paper_follows_from_the_interval(ci, side, paper, word):
+    assert claims.against(ci, side, paper) == word
+
+
+def test_benjamini_hochberg_is_scipys():
+    """The step-up rule against scipy's adjusted p-values (false_discovery_control), on a set where the largest
+    rank that passes lifts a p above its own k q / m (0.03 at rank 3 of 6 passes through rank 4's 0.032)."""
+    ps = [0.001, 0.02, 0.03, 0.032, 0.2, 0.9]
+    cells = [{"p": p} for p in reversed(ps)] + [{"p": None}]
+    claims.benjamini_hochberg(cells)
+    adjusted = stats.false_discovery_control(ps[::-1])
+    assert [c["bh"] for c in cells[:-1]] == [bool(q <= 0.05) for q in adjusted] == [False, False, True, True, True, True]
+    assert "bh" not in cells[-1]
+
+
+@pytest.mark.parametrize("test, treat, base, n", [
+    ("paired", [1.0, 2.0, 3.0], [0.0, 1.0, 2.0], None),            # no spread in the differences: no power to compute
+    ("paired", [2.0, 1.0, 0.0], [0.0, 0.0, 0.0], 10),             # effect 1, sd 1: 10 pairs (one-sample t, d = 1)
+    ("Welch", [1.0, 0.0, 2.0], [0.0, -1.0, 1.0], 17),             # effect 1, sd 1 a side: 17 a side (d = 1)
+    ("Welch", [0.0], [1.0, 2.0], None)])                          # one run a side: no spread
+def test_n80_is_the_smallest_n_with_80_percent_power(test, treat, base, n):
+    assert claims.n80({"test": test, "treat": treat, "base": base}) == n
 
 
 def test_a_trend_is_read_in_each_cell():

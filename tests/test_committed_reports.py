@@ -135,3 +135,85 @@ def test_what_results_py_reads_is_there(name):
     p = rep["provenance"]
     assert set(p) >= {"commit", "command", "hardware", "wall_seconds"} and len(p["commit"]) == 40
     assert p["command"].split()[:2] == ["python", f"experiments/{name.split('-')[0]}.py"]
+
+
+def interval(cl, c):
+    """A cell's 95% interval by scipy's t quantiles on its own values, in the cell's unit: the paired differences'
+    t interval, Welch's with the Welch-Satterthwaite degrees of freedom, or the slope's t interval."""
+    if c["test"] == "slope":
+        r = stats.linregress(c["x"], c["y"])
+        half = stats.t.ppf(0.975, len(c["x"]) - 2) * r.stderr
+        return r.slope - half, r.slope + half
+    x, y = [v for v in c["treat"] if ok(v)], [v for v in c["base"] if ok(v)]
+    if c["test"] == "paired":
+        d = [a - b for a, b in zip(c["treat"], c["base"]) if ok(a) and ok(b)]
+        mid, se, df = sum(d) / len(d), stats.tstd(d) / math.sqrt(len(d)), len(d) - 1
+    else:
+        va, vb = stats.tvar(x) / len(x), stats.tvar(y) / len(y)
+        mid, se = sum(x) / len(x) - sum(y) / len(y), math.sqrt(va + vb)
+        df = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
+    unit = 100 / (sum(y) / len(y)) if cl.percent else 1
+    half = stats.t.ppf(0.975, df) * se
+    return unit * (mid - half), unit * (mid + half)
+
+
+def word(cl, c, low, high):
+    """The word against the paper from the interval, written out case by case."""
+    cell = tuple(c["cell"]) if isinstance(c["cell"], list) else c["cell"]
+    if cl.slope:  # the paper's side of zero: a slope rises unless the paper has it fall
+        paper_side = -1 if cl.falls else 1
+    else:  # treat better than base: below zero where lower is better; the other way in the paper's worse_in cells
+        paper_side = (-1 if cl.lower_is_better else 1) * (-1 if cell in cl.worse_in else 1)
+    pv = cl.paper_value.get(c["cell"]) if isinstance(cl.paper_value, dict) else cl.paper_value
+    below, above = high < 0, low > 0  # the interval wholly below / above zero
+    if (below and paper_side > 0) or (above and paper_side < 0):
+        return "opposite"
+    if not (below or above):
+        return "cannot tell" if pv is None or low <= pv <= high else "disagrees"
+    if pv is None or low <= pv <= high:
+        return "reproduces"
+    return "smaller than the paper" if abs(pv) > max(abs(low), abs(high)) else "larger than the paper"
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_every_cell_has_its_interval_its_word_against_the_paper_and_its_bh_mark(name):
+    """Every cell's 95% interval recomputes from its values; its word follows from the interval and the paper's
+    number kept beside the claim; its Benjamini-Hochberg mark is scipy's (false_discovery_control) across the
+    report's cells; a cell without an effect carries n80, and n80 pairs reach 80% power where n80 - 1 do not."""
+    rep = json.loads((RESULTS / name / "report.json").read_text())
+    mod = paper_claims(name)
+    cells = [(cl, c) for cl, v in zip(mod.CLAIMS, rep["verdicts"]) for c in v["cells"]]
+    with_p = [(cl, c) for cl, c in cells if c["p"] is not None]
+    adjusted = stats.false_discovery_control([c["p"] for _, c in with_p]) if with_p else []
+    for (cl, c), q in zip(with_p, adjusted):
+        assert c["bh"] == (q <= 0.05), (cl.claim, c["name"], c["p"], q)
+    for cl, c in cells:
+        assert "ci" in c and "word" in c and "paper_value" in c, (cl.claim, c.get("name"))
+        pv = cl.paper_value.get(c["cell"]) if isinstance(cl.paper_value, dict) else cl.paper_value
+        assert c["paper_value"] == pv
+        if c["p"] is None:
+            assert c["ci"] is None and c["word"] is None
+            continue
+        low, high = interval(cl, c)
+        assert c["ci"] == [pytest.approx(low, rel=1e-7, abs=1e-12), pytest.approx(high, rel=1e-7, abs=1e-12)]
+        enough = (min(c["n"]) if isinstance(c["n"], list) else c["n"] - (c["test"] == "slope")) >= 3
+        assert c["word"] == (word(cl, c, low, high) if enough else None), (cl.claim, c["name"], low, high, pv)
+        assert (low > 0 or high < 0) == (c["p"] < 0.05), (cl.claim, c["name"])  # the same test
+        if c["verdict"] == "no clear difference" and c["test"] != "slope" and c.get("n80"):
+            assert power(c, c["n80"]) >= 0.8 > (power(c, c["n80"] - 1) if c["n80"] > 2 else 0)
+
+
+def power(c, n):
+    """The power of the cell's two-sided test at n pairs (runs a side) for its observed effect and spread."""
+    x, y = [v for v in c["treat"] if ok(v)], [v for v in c["base"] if ok(v)]
+    if c["test"] == "paired":
+        d = [a - b for a, b in zip(x, y)]
+        effect, var, df = sum(d) / len(d), stats.tvar(d), n - 1
+    else:
+        effect, var, df = sum(x) / len(x) - sum(y) / len(y), stats.tvar(x) + stats.tvar(y), 2 * n - 2
+    t, nc = stats.t.ppf(0.975, df), abs(effect) / math.sqrt(var / n)
+    return stats.nct.sf(t, df, nc) + np_nan_to_zero(stats.nct.cdf(-t, df, nc))
+
+
+def np_nan_to_zero(x):
+    return 0.0 if not math.isfinite(x) else x

@@ -20,20 +20,34 @@ The rule, the same everywhere:
   with at least MIN_N + 1 points; a cell reproduces the claim when the effect goes the paper's way,
   is "opposite" when it goes clearly the other way, "no clear difference" otherwise;
 - a claim read in several cells gets one verdict (combined_verdict).
+
+Against the paper's number (Claim.paper_value; None: a direction only, read against zero), each cell's 95% interval
+by the same test (in the cell's unit: % of base's mean, or nats) gives one of the WORDS (`against`). Benjamini-Hochberg
+at q = 0.05 across a report's cells marks those that survive (`bh`); a cell without an effect gets its `n80`.
 """
 
+import bisect
 import math
 import statistics
 from dataclasses import dataclass, field
 
 ALPHA = 0.05   # a two-sided p must be below this ...
 MIN_N = 3      # ... with at least this many runs (pairs) on each side
-VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not measured")
+WORDS = ("reproduces", "smaller than the paper", "larger than the paper", "cannot tell", "disagrees", "opposite")
 RULE = ("A difference is an effect only at p < 0.05 with at least 3 runs a side: the paired t-test where both "
         "arms share seeds (the same batches), Welch's t-test otherwise, a trend by its slope's own test. A claim "
         "read in several cells is \"partly\" when some cells reproduce it and others do not, \"opposite\" when "
         "none does and some go clearly against it.")
-
+WORDS_RULE = ("Against the paper, from each cell's 95% interval: **reproduces** (it excludes zero on the paper's side "
+              "and contains the paper's number), **smaller than the paper** / **larger than the paper** (it excludes "
+              "zero on the paper's side and the paper's number), **cannot tell** (it contains zero and the paper's "
+              "number), **disagrees** (it contains zero and excludes the paper's number: no effect of the paper's size), "
+              "**opposite** (it excludes zero on the other side); where the paper gives only a direction, against zero "
+              "alone (reproduces, cannot tell, opposite). Cells marked \"not BH\" have p < 0.05 but do not survive "
+              "Benjamini-Hochberg at q = 0.05 across their report's cells; a cell without an effect says how many pairs "
+              "(runs a side) 80% power would need at its observed effect and spread.")
+RULE += " " + WORDS_RULE
+VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not measured")
 
 @dataclass
 class Claim:
@@ -51,6 +65,7 @@ class Claim:
     slope: str = None              # a trend claim: the field on the x axis
     log_x: bool = False            # ... read against log10 of it
     falls: bool = False            # ... the paper has the advantage (or metric) falling along x
+    paper_value: object = None     # the paper's number in the cell's unit (a dict: by cell; None: a direction only)
     fmt: str = "{:.3f}"            # a value in `ours`
     percent: bool = False          # the change as % of base's mean (else the difference treat - base)
     label: str = "{}"              # a cell's name: "d{}", "L = {}"
@@ -64,23 +79,19 @@ def finite(xs):
 
 def mean_std(xs):
     """(mean, sample std, n) of the finite values; std 0 for n = 1; (nan, nan, 0) for none."""
-    if not (xs := finite(xs)):
-        return float("nan"), float("nan"), 0
-    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+    xs = finite(xs)
+    return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0, len(xs)) if xs else (math.nan,) * 2 + (0,)
 
 
 def fmt_mean_std(xs, fmt="{:.3f}"):
-    m, s, n = mean_std(xs)
-    if n == 0:
-        return "-"
-    return fmt.format(m) if n == 1 else f"{fmt.format(m)} ± {fmt.replace('+', '').format(s)}"  # a spread has no sign
+    m, s, n = mean_std(xs)  # a spread has no sign
+    return "-" if n == 0 else fmt.format(m) if n == 1 else f"{fmt.format(m)} ± {fmt.replace('+', '').format(s)}"
 
 
 def fmt_p(p):
     """'p = 0.003', 'p < 0.001', or 'p = n/a' (no test)."""
-    if p is None or not math.isfinite(p):
-        return "p = n/a"
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.1 else f"p = {p:.2f}"
+    return ("p = n/a" if p is None or not math.isfinite(p) else "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.1
+            else f"p = {p:.2f}")
 
 
 def fmt_n(c):
@@ -93,10 +104,11 @@ def welch(treat, base, lower_is_better=True):
     from scipy import stats
     a, b = finite(treat), finite(base)
     diff = statistics.mean(a) - statistics.mean(b) if a and b else float("nan")
-    p = None
+    p = ci = None
     if len(a) >= 2 and len(b) >= 2 and (statistics.pstdev(a) > 0 or statistics.pstdev(b) > 0):
-        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    return _ruled({"test": "Welch", "diff": diff, "p": p, "n": [len(a), len(b)]}, min(len(a), len(b)), lower_is_better)
+        p, ci = _tested(stats.ttest_ind(a, b, equal_var=False))
+    return _ruled({"test": "Welch", "diff": diff, "p": p, "ci": ci, "n": [len(a), len(b)]}, min(len(a), len(b)),
+                  lower_is_better)
 
 
 def paired(treat, base, lower_is_better=True):
@@ -106,11 +118,16 @@ def paired(treat, base, lower_is_better=True):
     pairs = [(t, b) for t, b in zip(treat, base) if finite([t]) and finite([b])]
     d = [t - b for t, b in pairs]
     diff = statistics.mean(d) if d else float("nan")
-    p = None
+    p = ci = None
     if len(d) >= 2 and statistics.pstdev(d) > 1e-12 * max(1.0, abs(diff)):
-        p = float(stats.ttest_rel([t for t, _ in pairs], [b for _, b in pairs]).pvalue)
-        p = p if math.isfinite(p) else None
-    return _ruled({"test": "paired", "diff": diff, "p": p, "n": len(d)}, len(d), lower_is_better)
+        p, ci = _tested(stats.ttest_rel([t for t, _ in pairs], [b for _, b in pairs]))
+    return _ruled({"test": "paired", "diff": diff, "p": p, "ci": ci, "n": len(d)}, len(d), lower_is_better)
+
+
+def _tested(res):
+    """(p, [low, high]) of a scipy t-test result: its p and the 95% interval of treat - base; (None, None) if no p."""
+    ci = res.confidence_interval(1 - ALPHA) if math.isfinite(res.pvalue) else None
+    return (float(res.pvalue), [float(ci.low), float(ci.high)]) if ci else (None, None)
 
 
 def _ruled(c, n, lower_is_better):
@@ -124,12 +141,13 @@ def slope_test(x, y):
     "clear"}; clear at p < ALPHA with at least MIN_N + 1 points (a line through 3 has one degree of freedom)."""
     from scipy import stats
     pts = [(float(u), float(v)) for u, v in zip(x, y) if finite([v])]
-    c = {"test": "slope", "slope": float("nan"), "stderr": float("nan"), "p": None, "n": len(pts), "clear": False}
+    c = dict(test="slope", slope=math.nan, stderr=math.nan, p=None, ci=None, n=len(pts), clear=False)
     if len(pts) >= 3 and len({u for u, _ in pts}) >= 2:
         r = stats.linregress([u for u, _ in pts], [v for _, v in pts])
         p = float(r.pvalue) if math.isfinite(r.pvalue) else None
-        c.update(slope=float(r.slope), stderr=float(r.stderr), p=p,
-                 clear=p is not None and p < ALPHA and len(pts) >= MIN_N + 1)
+        half = stats.t.ppf(1 - ALPHA / 2, len(pts) - 2) * r.stderr
+        c.update(slope=float(r.slope), stderr=float(r.stderr), p=p, clear=p is not None and p < ALPHA and len(
+            pts) >= MIN_N + 1, ci=None if p is None else [float(r.slope - half), float(r.slope + half)])
     return c
 
 
@@ -141,10 +159,54 @@ def compare(treat_runs, base_runs, metric, pair_by=("seed",), lower_is_better=Tr
     b = {key(r): r.get(metric) for r in base_runs}
     shared = sorted((k for k in t if k in b), key=str)
     if len(shared) >= 2 and len(t) == len(treat_runs) and len(b) == len(base_runs):
-        c = paired([t[k] for k in shared], [b[k] for k in shared], lower_is_better)
-        return dict(c, treat=[t[k] for k in shared], base=[b[k] for k in shared], keys=[list(k) for k in shared])
+        ts, bs = [t[k] for k in shared], [b[k] for k in shared]
+        c = paired(ts, bs, lower_is_better)
+        return dict(c, welch_p=welch(ts, bs)["p"], treat=ts, base=bs, keys=[list(k) for k in shared])
     treat, base = [r.get(metric) for r in treat_runs], [r.get(metric) for r in base_runs]
     return dict(welch(treat, base, lower_is_better), treat=treat, base=base)
+
+
+def against(ci, side, paper_value=None):
+    """One of WORDS from a cell's 95% interval [low, high], the paper's side (+1: the paper has the effect above
+    zero, -1 below) and the paper's number in the same unit (None: the paper gives a direction only)."""
+    lo, hi = sorted(side * x for x in ci)  # the paper's side is above zero now
+    pv = None if paper_value is None else side * paper_value
+    if hi < 0:
+        return "opposite"
+    if lo > 0:
+        return ("reproduces" if pv is None or lo <= pv <= hi else "smaller than the paper" if hi < pv else
+                "larger than the paper")
+    return "cannot tell" if pv is None or lo <= pv <= hi else "disagrees"
+
+
+def n80(c):
+    """The pairs (runs a side for Welch) giving its test 80% power at its observed effect and spread (noncentral t)."""
+    from scipy import stats
+    a, b = finite(c["treat"]), finite(c["base"])
+    if min(len(a), len(b)) < 2:
+        return None
+    d = [x - y for x, y in zip(a, b)] if c["test"] == "paired" else None
+    effect, var = (statistics.mean(d), statistics.variance(d)) if d else (
+        statistics.mean(a) - statistics.mean(b), statistics.variance(a) + statistics.variance(b))
+
+    def power(n):
+        df, nc = (n - 1 if d else 2 * n - 2), abs(effect) / math.sqrt(var / n)
+        t = stats.t.ppf(1 - ALPHA / 2, df)
+        return sum(x for x in (stats.nct.sf(t, df, nc), stats.nct.cdf(-t, df, nc)) if math.isfinite(x))
+    i = bisect.bisect_left(range(2, 1001), True, key=lambda n: power(n) >= 0.8) if var > 0 and effect else 999
+    return 2 + i if i < 999 else None
+
+
+def _judged(claim, c, v, unit=1.0):
+    """The cell with its interval in its unit (x unit), the paper's number there, its word; n80 where no effect."""
+    side = -1 if (claim.falls if claim.slope else (v not in claim.worse_in) == claim.lower_is_better) else 1
+    pv = claim.paper_value.get(v) if isinstance(claim.paper_value, dict) else claim.paper_value
+    n = min(c["n"]) if isinstance(c["n"], list) else c["n"] - (claim.slope is not None)
+    ci = c["ci"] and [unit * x for x in c["ci"]]
+    c.update(ci=ci, paper_value=pv, word=against(ci, side, pv) if ci and n >= MIN_N else None)
+    if c["verdict"] == "no clear difference" and not claim.slope:
+        c["n80"] = n80(c)
+    return c
 
 
 def cell_verdict(c, paper_better=True):
@@ -200,9 +262,10 @@ def read(claim, records):
             change = (100 * (mt / mb - 1) if claim.percent and mb else mt - mb)
             name = " ".join(x for x in (arm, "" if v is None else claim.label.format(*v) if several else
                                         claim.label.format(v)) if x)
-            cells.append(dict(c, cell=v, arm=arm, name=name, mean_treat=mt, mean_base=mb, change=change,
-                              verdict=cell_verdict(c, paper_better=v not in claim.worse_in)))
-    return _entry(claim, cells, [_ours(claim, c) for c in cells], [_test(claim, c) for c in cells])
+            cells.append(_judged(claim, dict(c, cell=v, arm=arm, name=name, mean_treat=mt, mean_base=mb, change=change,
+                                              verdict=cell_verdict(c, paper_better=v not in claim.worse_in)), v,
+                                 100 / mb if claim.percent and mb else 1.0))
+    return _entry(claim, cells, [_ours(claim, c) for c in cells])
 
 
 def _read_slope(claim, records):
@@ -226,12 +289,12 @@ def _read_slope(claim, records):
                if u is not None and finite([w]) and (not claim.log_x or u > 0)]
         if pts:
             c = slope_test([u for u, _ in pts], [w for _, w in pts])
-            cells.append(dict(c, cell=v, name="" if v is None else claim.label.format(v), x=[u for u, _ in pts],
-                              y=[w for _, w in pts], verdict=cell_verdict(c, paper_better=not claim.falls)))
+            cells.append(_judged(claim, dict(c, cell=v, name="" if v is None else claim.label.format(v), x=[
+                u for u, _ in pts], y=[w for _, w in pts], verdict=cell_verdict(c, paper_better=not claim.falls)), v))
     per = f" per decade of {claim.slope}" if claim.log_x else f" per unit of {claim.slope}"
     what = "advantage" if claim.base is not None else claim.metric
     ours = [f"{_name(claim, c)}{what} {c['slope']:+.4g} ± {c['stderr']:.2g}{per}" for c in cells]
-    return _entry(claim, cells, ours, [f"slope test {_name(claim, c)}{fmt_p(c['p'])}, n = {c['n']}" for c in cells])
+    return _entry(claim, cells, ours)
 
 
 def _order(v):
@@ -250,24 +313,45 @@ def _ours(claim, c):
 
 
 def _test(claim, c):
-    return f"{c['test']} {_name(claim, c)}{fmt_p(c['p'])}, {fmt_n(c)}"
+    """A cell's test: p (Welch's beside a paired p when they disagree on the verdict), n, the 95% interval,
+    "not BH" where an effect does not survive Benjamini-Hochberg, the n80 of a cell without an effect."""
+    slope, w = c["test"] == "slope", c.get("welch_p")
+    num = "{:+.2g}" if slope else "{:+.1f}" if claim.percent else claim.fmt.replace("{:", "{:+")
+    ci = c.get("ci") and f", 95% CI {num.format(c['ci'][0])} to {num.format(c['ci'][1])}{'%' * claim.percent}"
+    welch = f" (Welch {fmt_p(w)})" if w is not None and c["clear"] != (w < ALPHA and c["n"] >= MIN_N) else ""
+    power = "" if "n80" not in c else f", 80% power at {c['n80']} {'pairs' if c['test'] == 'paired' else 'a side'}" if c[
+        "n80"] else ", 80% power beyond 1,000 runs"
+    return (f"{'slope test' if slope else c['test']} {_name(claim, c)}{fmt_p(c['p'])}{welch}, {fmt_n(c)}{ci or ''}"
+            f"{', not BH' if c.get('bh') is False and c['clear'] else ''}{power}")
 
 
-def _entry(claim, cells, ours, tests):
+def _entry(claim, cells, ours):
     if not cells:
         return {"claim": claim.claim, "paper": claim.paper, "ours": "not in this run", "test": "not tested",
                 "verdict": "not measured", "cells": []}
     note = f"; {claim.note}" if claim.note else ""
-    return {"claim": claim.claim, "paper": claim.paper, "ours": "; ".join(ours) + note, "test": "; ".join(tests),
-            "verdict": combined_verdict([c["verdict"] for c in cells]), "cells": cells}
+    return {"claim": claim.claim, "paper": claim.paper, "ours": "; ".join(ours) + note,
+            "test": "; ".join(_test(claim, c) for c in cells), "verdict": combined_verdict([c["verdict"] for c in cells]),
+            "against": "; ".join(f"{_name(claim, c) if len(cells) > 1 else ''}{c['word'] or 'too few runs'}"
+                                 for c in cells), "cells": cells}
+
+
+def benjamini_hochberg(cells, q=ALPHA):
+    """bh = True on the cells (with a p) that survive Benjamini-Hochberg at q: ranks up to the last p_(k) <= k q / m."""
+    ps = sorted((c for c in cells if c.get("p") is not None), key=lambda c: c["p"])
+    k = max((i for i, c in enumerate(ps, 1) if c["p"] <= i * q / len(ps)), default=0)
+    for i, c in enumerate(ps, 1):
+        c["bh"] = i <= k
 
 
 def read_all(claims, records, notes=None):
-    """Every claim's entry, in the table's order; notes: {claim text: what the report adds to `ours`}
-    (a check the numbers rest on, e.g. runs stopped at a cap rather than at a plateau)."""
+    """Every claim's entry, in the table's order, its cells marked by Benjamini-Hochberg across them all;
+    notes: {claim text: what the report adds to `ours`} (a check the numbers rest on, e.g. runs stopped at a cap)."""
     entries = [read(cl, records) for cl in claims]
-    for e in (e for e in entries if (notes or {}).get(e["claim"])):
-        e["ours"] += f"; {notes[e['claim']]}"
+    benjamini_hochberg([c for e in entries for c in e["cells"]])
+    for cl, e in zip(claims, entries):
+        e["test"] = "; ".join(_test(cl, c) for c in e["cells"]) or e["test"]
+        e["ours"] += f"; {notes[e['claim']]}" if (notes or {}).get(e["claim"]) else ""
     return entries
 
 
@@ -294,12 +378,23 @@ def md_section(title, text, header, rows):
 
 def table(entries):
     """The claims table (Markdown lines): the paper's claim, its number, ours, the test, the verdict."""
-    return md_table(["the paper's claim", "paper", "ours", "test", "verdict"], [
-        [*(cell(e[k]) for k in ("claim", "paper", "ours", "test")), f"**{e['verdict']}**"] for e in entries])
+    return md_table(["the paper's claim", "paper", "ours", "test", "verdict", "against the paper"], [
+        [*(cell(e[k]) for k in ("claim", "paper", "ours", "test")), f"**{e['verdict']}**", cell(e.get("against", "-"))]
+        for e in entries]) + ([] if not any(c.get("word") for e in entries for c in e["cells"]) else
+                             ["", f"Against the paper, cell by cell: {word_counts(entries)}."])
 
 
 def counts(entries):
     """'2 reproduce, 3 no clear difference, 1 opposite' (only the verdicts that occur)."""
     n = {v: sum(1 for x in entries if x["verdict"] == v) for v in VERDICTS}
-    words = {"reproduces": "reproduce"}
-    return ", ".join(f"{n[v]} {words.get(v, v)}" for v in VERDICTS if n[v]) or "none recorded"
+    return ", ".join(f"{n[v]} {'reproduce' if v == 'reproduces' else v}" for v in VERDICTS if n[v]) or "none recorded"
+
+
+def word_counts(entries):
+    """'3 reproduces, 2 disagrees, ...; 5 of 7 effects survive BH': the cells' words against the paper, and how
+    many cells with p < ALPHA survive Benjamini-Hochberg."""
+    cells = [c for e in entries for c in e.get("cells", [])]
+    n = {w: sum(1 for c in cells if c.get("word") == w) for w in WORDS}
+    effects = [c for c in cells if c.get("p") is not None and c["p"] < ALPHA and c.get("word")]
+    return (", ".join(f"{n[w]} {w}" for w in WORDS if n[w]) or "none") + (
+        f"; {sum(1 for c in effects if c.get('bh'))} of {len(effects)} effects survive BH" if effects else "")

@@ -11,6 +11,7 @@ A record: {"condition", "width", "seed", "ppl_first_epoch", "ppl_final", ...} (e
 
 from experiments.lib.claims import Claim
 
+CONTROL = round(100 * (1 / 1.05 - 1), 1)  # the ladder against a control 5.0% behind it, % of the control's perplexity
 PPL = dict(cells="width", label="d{}", fmt="{:.1f}", percent=True, pair_by=("seed",), metric="ppl_final")
 
 
@@ -20,20 +21,21 @@ def arm(condition):
 
 CLAIMS = [
     Claim("music -> prose: lower perplexity after the first prose epoch", "26% below random init",
-          arm("music"), arm("random"), **dict(PPL, metric="ppl_first_epoch"), extra={"check": "unigram"}),
+          arm("music"), arm("random"), **dict(PPL, metric="ppl_first_epoch"), paper_value=-26, extra={"check": "unigram"}),
     Claim("music -> prose: lower perplexity at the end", "373.2 vs 423.0 (11.8% below random init), after convergence",
-          arm("music"), arm("random"), **PPL),
+          arm("music"), arm("random"), paper_value=-11.8, **PPL),
     Claim("the ladder (music -> poetry -> prose): lower perplexity at the end",
-          "349.0 vs 423.0 (17.5% below random init), p < 0.001", arm("ladder"), arm("random"), **PPL),
-    Claim("poetry adds to music", "349.0 vs 373.2 (6.5% below music only)", arm("ladder"), arm("music"), **PPL),
+          "349.0 vs 423.0 (17.5% below random init), p < 0.001", arm("ladder"), arm("random"), paper_value=-17.5, **PPL),
+    Claim("poetry adds to music", "349.0 vs 373.2 (6.5% below music only)", arm("ladder"), arm("music"),
+          paper_value=-6.5, **PPL),
     Claim("a compute-matched prose-only control stays behind the ladder", "the control 5.0% behind the ladder",
-          arm("ladder"), arm("compute-matched"), **PPL),
+          arm("ladder"), arm("compute-matched"), paper_value=CONTROL, **PPL),
     Claim("the advantage persists at the plateau", "5.5% below random init at d = 64 (p = 0.017)",
-          arm("long-ladder"), arm("long-random"), **PPL, extra={"check": "plateau"}),
+          arm("long-ladder"), arm("long-random"), paper_value=-5.5, **PPL, extra={"check": "plateau"}),
     Claim("more music data helps the wider models (3N = 36k vs N = 12k chunks)",
           "d16: 12k better by 3.1%; d32: 36k better by 3.3%; d64: 36k better by 6.1%",
           arm("volume-large"), arm("volume-small"), worse_in=(16,), **PPL,
-          extra={"paper_change": {16: 3.1, 32: -3.3, 64: -6.1}}),  # width.png: 3N against N, % of N's perplexity
+          paper_value={16: 3.1, 32: -3.3, 64: -6.1}),  # width.png: 3N against N, % of N's perplexity
     Claim("real music beats synthetic music", "d16: 12k real chunks beat 36k synthetic ones",
           arm("volume-small"), arm("volume-large-synthetic"), only=(16,), **PPL),
     Claim("music helps through attention and the MLP", "music helps attention / FFN",

@@ -276,7 +276,7 @@ def plot_curves(a, details, path):
 def plot_width(a, records, path):
     """Each condition's change of prose perplexity against its baseline per width (first epoch, final) and,
     where the volume pair ran at several widths, 3N against N seed by seed beside the paper's numbers."""
-    plt, vol = common.pyplot(), next(c for c in CLAIMS if "paper_change" in c.extra)
+    plt, vol = common.pyplot(), next(c for c in CLAIMS if isinstance(c.paper_value, dict))
     capacity = len(widths_of(records, "volume-small")) > 1
     fig, axes = plt.subplots(1, 2 + capacity, figsize=(5 * (2 + capacity), 4))
     change = lambda t, b, w, m: 100 * (mean_std(values(records, t, w, m))[0]  # noqa: E731
@@ -295,7 +295,7 @@ def plot_width(a, records, path):
                           if r["condition"] == "volume-large" and (r["width"], r["seed"]) in small]), alpha=0.4, s=14)
         ax.plot(ws, [change("volume-large", "volume-small", w, "ppl_final") for w in ws], marker="o",
                 color="tab:blue", label="ours: mean (dots: each seed)")
-        ax.plot(*zip(*sorted(vol.extra["paper_change"].items())), marker="s", ls="--", color="tab:red",
+        ax.plot(*zip(*sorted(vol.paper_value.items())), marker="s", ls="--", color="tab:red",
                 label="paper (MAESTRO 12k vs 36k)")
         ax.set(title="3N vs N music chunks (negative: 3N better)", ylabel="change of prose ppl (%)")
     ws = sorted({r["width"] for r in records})
