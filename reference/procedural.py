@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # our data modules (the entropy floor, atomic writes)
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 PRETRAIN_FILES = ("procedural_pretraining/cli.py", "procedural_pretraining/dyck.py", "procedural_pretraining/utils.py",
                   "procedural_data/dyck.py")
@@ -52,9 +53,8 @@ class HarnessError(Exception):
 
 
 def write_json(path, obj):
-    tmp = Path(f"{path}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
+    from data.common import atomic_write_bytes
+    atomic_write_bytes(path, (json.dumps(obj, indent=1) + "\n").encode())
 
 
 def venv_python(venv):
@@ -156,7 +156,6 @@ def pretrain(a):
     step = lambda f: int(re.search(r"step(\d+)", f).group(1))  # noqa: E731
     best, last = [f for f in files if f.startswith("best_")], sorted((f for f in files if f.startswith("py")), key=step)
     best_step = step(best[-1]) if best else None
-    sys.path.insert(0, str(ROOT))
     from data.procedural_entropy import entropy
     floor = entropy("dyck", **DYCK)
     summary = dict(
@@ -195,7 +194,6 @@ def their_pretrained(path, out):
         return Path(path).resolve(), "theirs"
     if not (isinstance(ck, dict) and "model_config" in ck):
         return Path(path).resolve(), "theirs"
-    sys.path.insert(0, str(ROOT))
     from reference.convert import ours_to_theirs
     dest = out / "pretrained-theirs.pth"
     torch.save({"model": ours_to_theirs(ck["model"], ck["model_config"])}, dest)
