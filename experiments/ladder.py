@@ -1,6 +1,6 @@
 """
-The ladder (arXiv 2604.21265, "Listen and Chant Before You Read"): music -> poetry -> prose against random
-init and its controls, over seeds and widths; the claims it tests: experiments/lib/ladder_claims.py.
+The ladder (arXiv 2604.21265, "Listen and Chant Before You Read"): music -> poetry -> prose against its controls.
+Random init and the controls over seeds and widths; the claims it tests: experiments/lib/ladder_claims.py.
 
     python experiments/ladder.py --plan            # the default's runs and their estimated time
     python experiments/ladder.py                   # the default (--preset contributions): the six contributions
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
-from flags import ArgumentParser, parse_args as train_flags  # noqa: E402 (one-line errors, like train.py)
+from flags import parse_args as train_flags  # noqa: E402
 
 from checkpoint import stage_file  # noqa: E402
 from data.common import UserError  # noqa: E402
@@ -117,12 +117,9 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    common.add_sweep_args(p, "out/ladder")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="contributions", help="PRESETS (default contributions;"
-                   " full: every condition, d 16/32/64, 5 seeds; paper: the paper's scale for a GPU)")
-    for flag, kind, what, *default in FLAGS:
-        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what or f"train.py --{flag}")
+    p = common.sweep_parser(__doc__, "out/ladder", FLAGS, choices=sorted(PRESETS), default="contributions",
+                            help="PRESETS (default contributions; full: every condition, d 16/32/64, 5 seeds; "
+                                 "paper: the paper's scale for a GPU)")
     a = p.parse_args(argv)
     preset = {**SETTINGS, **PRESETS[a.preset], **(QUICK if a.quick else {})}
     vars(a).update({k: v for k, v in preset.items() if getattr(a, k, None) is None})

@@ -1,13 +1,7 @@
 """
-What every experiment script shares: a sweep of train.py runs (each in its own folder, skipped when finished,
-resumed when interrupted, several at once), reading their results back, writing reports.
-
-    runs = [Run("ladder-d32-s0", out / "runs" / "ladder-d32-s0", ["--stages", "music,prose", ...]), ...]
-    run_sweep(runs, jobs=2)              # two runs at a time, one thread each
-    s = read_summary(runs[0].folder)     # summary.json, or None if it has not finished
-
-Each job is a fresh Python process (spawn), so runs never share state; a run's output goes to
-<folder>/log.txt when jobs > 1 (`python bench.py --jobs`: why two 1-thread runs beat one 2-thread run).
+What every experiment script shares: its flags and main(), a sweep of train.py runs (each in its own folder, skipped
+when finished, resumed when interrupted, --jobs at a time, each a fresh spawned process that logs to <folder>/log.txt:
+`python bench.py --jobs` says why two 1-thread runs beat one 2-thread run), reading their results back, the reports.
 """
 
 import argparse
@@ -42,8 +36,12 @@ class Run:
     meta: dict = field(default_factory=dict)  # the experiment's own labels (condition, width, seed...)
 
 
-def add_sweep_args(p, default_out):
-    """The flags every experiment script has."""
+def sweep_parser(doc, default_out, flags=(), **preset):
+    """An experiment script's parser: its docstring's first line (the layout kept), the flags every script has,
+    --preset (preset: its options) and FLAGS, (flag, type, help[, default]): unset (None) flags take the preset's
+    values; an empty help is train.py's flag of that name."""
+    from flags import ArgumentParser  # one-line errors, like train.py
+    p = ArgumentParser(description=doc.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
     p.add_argument("--out", type=lambda v: own_out(writable_folder(v), Path(default_out).name), default=None,
                    help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
@@ -58,18 +56,10 @@ def add_sweep_args(p, default_out):
     p.add_argument("--report-only", action="store_true",
                    help="no training: rebuild the report from the finished runs in OUT/runs, or, where there are "
                         "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")
-
-
-def sweep_parser(doc, default_out, flags=(), **preset):
-    """An experiment script's parser: its docstring's first line (the layout kept), the flags of add_sweep_args, --preset
-    (preset: its options) and FLAGS, (flag, type, help[, default]): unset (None) flags take the preset's values."""
-    from flags import ArgumentParser  # one-line errors, like train.py
-    p = ArgumentParser(description=doc.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_sweep_args(p, default_out)
     if preset:
         p.add_argument("--preset", **preset)
     for flag, kind, what, *default in flags:
-        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what)
+        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what or f"train.py --{flag}")
     return p
 
 
@@ -133,20 +123,14 @@ def _run_one(argv, folder, threads, quiet):
     full = list(argv) + ["--out", str(folder), "--resume", "--threads", str(threads), "--no-plot"] + \
         (["--no-progress"] if quiet else [])
     t0 = time.time()
-    log = open(folder / "log.txt", "a") if quiet else None
-    old = sys.stdout, sys.stderr
-    try:
-        if log:
-            sys.stdout = sys.stderr = log
-        train.run(train.parse_args(full))
-        status = "done"
-    except train.TrainingDiverged as e:
-        atomic_write_bytes(folder / "diverged.json", json.dumps({"error": str(e), "argv": full}).encode())
-        status = f"diverged: {e}"
-    finally:
-        sys.stdout, sys.stderr = old
-        if log:
-            log.close()
+    with open(folder / "log.txt", "a") if quiet else contextlib.nullcontext() as log, \
+            contextlib.redirect_stdout(log or sys.stdout), contextlib.redirect_stderr(log or sys.stderr):
+        try:
+            train.run(train.parse_args(full))
+            status = "done"
+        except train.TrainingDiverged as e:
+            atomic_write_bytes(folder / "diverged.json", json.dumps({"error": str(e), "argv": full}).encode())
+            status = f"diverged: {e}"
     # only needed to resume: a run that ended (done or diverged) drops it; an interrupted one
     # (an exception above) keeps it, so the next sweep continues from its last checkpoint
     (folder / "ckpt.pt").unlink(missing_ok=True)
@@ -185,11 +169,6 @@ def term_as_ctrl_c():
 def run_sweep(runs, jobs=1, threads=0):
     """Train every unfinished run (--jobs at a time); returns {name: (status, seconds)} for the runs
     trained now. Ctrl-C or `kill PID` stops it with every run in flight checkpointed (term_as_ctrl_c)."""
-    with term_as_ctrl_c() as term:
-        return _run_sweep(runs, jobs, threads, term)
-
-
-def _run_sweep(runs, jobs, threads, term):
     for r in runs:  # a finished run of other settings is not silently reused
         s = read_summary(r.folder)
         if s is not None:
@@ -203,29 +182,32 @@ def _run_sweep(runs, jobs, threads, term):
     results = {}
     if not todo:
         return results
-    if jobs <= 1:
-        for k, r in enumerate(todo, 1):
-            print(f"[{k}/{len(todo)}] {r.name}: python train.py {' '.join(map(str, r.argv))} --out {r.folder}", flush=True)
-            results[r.name] = _run_one(list(map(str, r.argv)), r.folder, threads, quiet=False)
-            print(f"  {results[r.name][0]} ({results[r.name][1]:.0f} s)", flush=True)
-        return results
-    print(f"{len(todo)} runs, {jobs} at a time, {threads} thread(s) each; logs in <run>/log.txt", flush=True)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        term.pool = pool
-        queued, running = list(todo), {}  # a run is handed to a worker only when one is free
-        try:
-            while queued or running:
-                while queued and len(running) < jobs:
-                    r = queued.pop(0)
-                    running[pool.submit(_worker, list(map(str, r.argv)), str(r.folder), threads)] = r
-                for f in wait(running, return_when=FIRST_COMPLETED).done:
-                    r = running.pop(f)
-                    results[r.name] = f.result()  # a run stopped by Ctrl-C raises train.Interrupted here
-                    print(f"[{len(results)}/{len(todo)}] {r.name}: {results[r.name][0]} ({results[r.name][1]:.0f} s)",
-                          flush=True)
-        except KeyboardInterrupt:  # Ctrl-C (a terminal's reaches the workers too): no queued run starts;
-            print("\nCtrl-C: the runs in flight save a checkpoint; no queued run starts", file=sys.stderr, flush=True)
-            raise                  # leaving the pool waits for the runs in flight
+    with term_as_ctrl_c() as term:
+        if jobs <= 1:
+            for k, r in enumerate(todo, 1):
+                print(f"[{k}/{len(todo)}] {r.name}: python train.py {' '.join(map(str, r.argv))} --out {r.folder}",
+                      flush=True)
+                results[r.name] = _run_one(list(map(str, r.argv)), r.folder, threads, quiet=False)
+                print(f"  {results[r.name][0]} ({results[r.name][1]:.0f} s)", flush=True)
+            return results
+        print(f"{len(todo)} runs, {jobs} at a time, {threads} thread(s) each; logs in <run>/log.txt", flush=True)
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            term.pool = pool
+            queued, running = list(todo), {}  # a run is handed to a worker only when one is free
+            try:
+                while queued or running:
+                    while queued and len(running) < jobs:
+                        r = queued.pop(0)
+                        running[pool.submit(_worker, list(map(str, r.argv)), str(r.folder), threads)] = r
+                    for f in wait(running, return_when=FIRST_COMPLETED).done:
+                        r = running.pop(f)
+                        results[r.name] = f.result()  # a run stopped by Ctrl-C raises train.Interrupted here
+                        print(f"[{len(results)}/{len(todo)}] {r.name}: {results[r.name][0]} "
+                              f"({results[r.name][1]:.0f} s)", flush=True)
+            except KeyboardInterrupt:  # Ctrl-C (a terminal's reaches the workers too): no queued run starts;
+                print("\nCtrl-C: the runs in flight save a checkpoint; no queued run starts", file=sys.stderr,
+                      flush=True)
+                raise                  # leaving the pool waits for the runs in flight
     failed = [n for n, (s, _) in results.items() if s.startswith("failed")]
     if failed:
         raise UserError(f"{len(failed)} run(s) failed with an error (not a divergence): {failed}; "
@@ -312,13 +294,10 @@ def main_guard(main):
     Provenance.active = None  # only an invocation this main() starts
     try:
         main()
-    except UserError as e:
+    except (UserError, KeyboardInterrupt) as e:
+        error = isinstance(e, UserError)
         if Provenance.active:
-            Provenance.active.finish(stopped=f"error: {e}")
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        if Provenance.active:
-            Provenance.active.finish(stopped="interrupted")
-        print("\ninterrupted; rerun the same command to resume (finished runs are skipped)", file=sys.stderr)
-        sys.exit(130)
+            Provenance.active.finish(stopped=f"error: {e}" if error else "interrupted")
+        print(f"error: {e}" if error else "\ninterrupted; rerun the same command to resume (finished runs are skipped)",
+              file=sys.stderr)
+        sys.exit(2 if error else 130)
