@@ -1,8 +1,6 @@
-"""
-The data-constrained report (experiments/data_constrained.py, phase 4): `collect` reads the run folders, `render`
+"""The data-constrained report (experiments/data_constrained.py, phase 4): `collect` reads the run folders, `render`
 writes the report from those records alone (a rebuild from report.json is byte-identical), the claims
-(experiments/lib/data_constrained_claims.py) read by the one rule of experiments/lib/claims.py.
-"""
+(data_constrained_claims.py) read by the one rule of claims.py."""
 
 import argparse
 import csv

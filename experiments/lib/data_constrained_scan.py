@@ -1,5 +1,4 @@
-"""
-The data-constrained experiment's scan: where on (sizes, U, epochs) the paper's fan-out can show itself
+"""The data-constrained experiment's scan: where on (sizes, U, epochs) the paper's fan-out can show itself
 (Xu et al., arXiv 2606.06888, section 3: the gap between budgets grows with size only where the models
 learn something at every budget and the larger ones overfit the smallest). choose_regime's rule:
     margin(run) = ln(unigram_val_ppl) - loss; overfit(run) = loss - train_loss

@@ -1,9 +1,6 @@
-"""
-The ladder experiment's report from its records (experiments/ladder.py runs the sweep and collects them):
-render() writes report.md, report.json, details.json and the PNGs; rebuild(out) does it again from
-report.json (and details.json's curves) alone. The claims (ladder_claims.py) are read by claims.py, and the
-checks they rest on from the same records (the prose unigram, the compute-matched control, the long pair).
-"""
+"""The ladder experiment's report from its records (experiments/ladder.py collects them): render() writes report.md,
+report.json, details.json and the PNGs, rebuild(out) again from report.json (and details.json's curves) alone; the
+claims (ladder_claims.py) and the checks they rest on (the prose unigram, the controls, the long pair) from records."""
 
 import argparse
 import json

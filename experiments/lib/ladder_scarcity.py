@@ -1,5 +1,4 @@
-"""
-The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity): at each number of
+"""The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity): at each number of
 unique prose tokens U (--scan-tokens), a (width, seed) has three prose runs on the same batches: the ladder (one
 music -> poetry pair serves every U), prose alone at the same budget (random) and for the whole ladder's steps
 (compute-matched: U repeated). Each is read at its end and at its best evaluation (every --eval-every steps: what a

@@ -1,12 +1,7 @@
-"""
-The train.py runs of experiments/procedural.py: the procedural diagnostics as the authors run them.
+"""The train.py runs of experiments/procedural.py: the procedural diagnostics as the authors run them.
 Jiang, Shinnick et al., arXiv 2601.21725; their code, github.com/zlshinnick/procedural-pretraining:
 downstream/algorithmic_tasks/experiment_stream.py and task_*.py (a diagnostic run: TASKS, TASK_OPT),
-procedural_pretraining/configs/<kind>.yaml (a pre-training run: YAML), downstream/utils.py (the transfer).
-
-    pre, base, warm = plan(a)   # the pre-training runs, the baselines, the runs from a pre-trained model
-    run_all(a, sweep)           # pre-training and baselines, the merges, then the rest, each by sweep(runs)
-"""
+procedural_pretraining/configs/<kind>.yaml (a pre-training run: YAML), downstream/utils.py (the transfer)."""
 
 from pathlib import Path
 

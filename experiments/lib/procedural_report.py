@@ -1,12 +1,6 @@
-"""
-The report of experiments/procedural.py: the paper's claims (procedural_claims, read by the one engine),
-accuracy and loss per cell, the pre-training losses, two figures. Jiang, Shinnick et al., arXiv 2601.21725.
-
-    runs = collect(a, planned)                      # the finished runs -> report.json's `runs`
-    render(a, runs, n_planned, out, provenance)     # -> report.md, report.json, curves.png, accuracy.png
-    rebuild(out)                                    # the same from OUT/report.json alone (no run folders; the
-                                                    # table preset's archive: its own records, which records() reads)
-"""
+"""The report of experiments/procedural.py (Jiang, Shinnick et al., arXiv 2601.21725): collect (the finished runs'
+records), render (the paper's claims read by the one engine, accuracy and loss per cell, the pre-training losses, two
+figures) and rebuild (the same from OUT/report.json alone; the table preset's archive: its own records)."""
 
 import argparse
 import json

@@ -1,12 +1,6 @@
-"""
-The ProRes experiment's records, report and figures (experiments/prores.py runs it; claims: lib/prores_claims.py).
-
-    recs = analyse(a, runs)         # one record per finished run, from its folder
-    text = render(records, out)     # report.md, report.json and the PNGs from the records alone
-
-A rebuild from report.json alone is byte-identical (report.json keeps every run's numbers and validation curve and,
-for the figures, the first seed's per-step curves: CURVES).
-"""
+"""The ProRes experiment's records (analyse: from the run folders), report and figures (render: from the records alone,
+so a rebuild from report.json, which keeps every run's numbers and val curve and seed 0's per-step CURVES, is
+byte-identical). experiments/prores.py runs it; claims: lib/prores_claims.py."""
 
 import argparse
 import math

@@ -1,9 +1,4 @@
-"""
-The ProRes experiment's runs: names, flags and order (experiments/prores.py trains them).
-
-    make_run(a, "measure", "pre", True, 48, 2e-3, 0, 200).name  -> "pre-prores-L48-lr0.002-i200-s0"
-    prores_T(a, 48, 200)                                        -> 2.0833 (the deepest layer is on at step 100)
-"""
+"""The ProRes experiment's runs: names (pre-prores-L48-lr0.002-i200-s0), flags and order (prores.py trains them)."""
 
 from experiments.lib.common import Run
 

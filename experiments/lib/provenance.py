@@ -1,11 +1,5 @@
-"""
-Provenance: which code, command and machine made an experiment's report, and how long it took, summed
-over the invocations of a sweep that was interrupted and resumed (OUT/provenance.json).
-
-    prov = Provenance(out)                    # at the start of main(): commit, dirty, command, hardware
-    report["provenance"] = prov.finish(runs_trained=n)
-    provenance_line(report["provenance"])     # report.md's header line
-"""
+"""Provenance: which code, command and machine made an experiment's report, and how long it took, summed over the
+invocations of a sweep that was interrupted and resumed (OUT/provenance.json; Provenance(out).finish() records one)."""
 
 import json
 import os
