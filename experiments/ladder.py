@@ -104,8 +104,7 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
     ("music-chunks", POS, "N: volume-small N chunks, every other music stage 3N"), ("long-width", POS, ""),
     ("long-epochs", POS, "most prose epochs of the long pair"), ("patience", POS, "the long pair's --patience"),
     ("min-delta", float, "the long pair's --min-delta: an epoch improves only by more than this (nats)"),
-    ("long-schedule", str, "the long pair's lr schedule: cosine (decays over --long-epochs, so the loss falls to the "
-     "cap) or constant (after the warmup: a plateau at one lr, which --patience can see)"),
+    ("long-schedule", str, "the long pair's lr: cosine (over --long-epochs) or constant (a plateau --patience sees)"),
     ("eval-iters", POS, "batches per prose evaluation"), ("pre-eval-iters", POS, "batches of a pre-training eval"),
     ("batch-size", POS, ""), ("block-size", POS, ""), ("n-layer", POS, ""), ("n-head", POS, ""), ("lr", float, ""),
     ("warmup-iters", int, ""), ("prose", str, "train.py --prose: wiki-leads, wikitext2, wikitext103"),

@@ -45,17 +45,12 @@ def sweep_parser(doc, default_out, flags=(), **preset):
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
     p.add_argument("--out", type=lambda v: own_out(writable_folder(v), Path(default_out).name), default=None,
                    help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
-    p.add_argument("--jobs", type=positive_int, default=2,
-                   help="runs at a time, each with --threads threads (default 2: on 2 cores two 1-thread runs "
-                        "finish a sweep of small models sooner than one 2-thread run at a time)")
-    p.add_argument("--threads", type=int, default=0, choices=range(0, 257), metavar="N",
-                   help="threads per run (0: cores / jobs)")
+    p.add_argument("--jobs", type=positive_int, default=2, help="runs at a time, --threads each (default 2)")
+    p.add_argument("--threads", type=int, default=0, choices=range(257), metavar="N", help="per run (0: cores/jobs)")
     p.add_argument("--plan", action="store_true", help="print the runs and an estimate of their time; train nothing")
-    p.add_argument("--reuse", metavar="DIR", help="take the results DIR/report.json holds, made with the same flags, "
-                   "instead of training them (a sweep split over sessions: --reuse experiments/results/<name>)")
+    p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds (same flags), not train them")
     p.add_argument("--report-only", action="store_true",
-                   help="no training: rebuild the report from the finished runs in OUT/runs, or, where there are "
-                        "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")
+                   help="no training: the report from the finished runs in OUT/runs, else from OUT/report.json")
     if preset:
         p.add_argument("--preset", **preset)
     for flag, kind, what, *default in flags:
