@@ -1,1 +1,1 @@
-"""What the experiment scripts one level up share (common.py, provenance.py, claims.py) and each paper's runs and report."""
+"""What the experiment scripts share (common.py, provenance.py, claims.py) and each paper's runs and report."""
