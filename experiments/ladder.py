@@ -300,10 +300,9 @@ def run_waves(a, runs, sweep):
         return runs
     print_plan(a, runs)
     ladder_music.check_music_chunks(a, runs)
-    waves = sorted({r.meta["wave"] for r in runs.values()})
-    for wave in waves:
-        rs = sorted((r for r in runs.values() if r.meta["wave"] == wave), key=lambda r: (r.meta.get("order", 0),
-                                                                                        -r.meta["cpu_s"]))
+    waves = common.group(sorted(runs.values(), key=lambda r: (r.meta["wave"], r.meta.get("order", 0),
+                                                              -r.meta["cpu_s"])), lambda r: r.meta["wave"])
+    for wave, rs in waves.items():
         ok = [r for r in rs if not any((a.out / "runs" / d / "diverged.json").exists() for d in r.meta["deps"])]
         print(f"\n== wave {wave}/{len(waves)}: {len(ok)} runs ({len(rs) - len(ok)} skipped: pre-training diverged)")
         sweep(ok)
@@ -371,7 +370,7 @@ def main(argv=None):
                            rebuild=ladder_report.rebuild, render=lambda a, runs, prov: (
         ladder_report.render_headline(a, *ladder_report.headline_records(a, runs), a.out, prov)
         if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out, prov,
-                                                              ladder_report.kept_settings(a))
+                                                              common.settings_json(a))
         if a.preset == "scarcity" else ladder_report.render(a, *collect(a, runs), a.out, prov)),
         wrote="\n{text}\nwrote {out}/report.md, report.json, details.json, the PNGs ({s:.0f} s)")
 

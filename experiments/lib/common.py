@@ -170,8 +170,7 @@ def run_sweep(runs, jobs=1, threads=0):
             from checkpoint import check_resume_args
             check_resume_args(s["args"], train.parse_args(list(map(str, r.argv)) + ["--out", str(r.folder)]), r.folder)
     todo = [r for r in runs if not is_finished(r.folder)]
-    n_done = len(runs) - len(todo)
-    if n_done:
+    if n_done := len(runs) - len(todo):
         print(f"{n_done} of {len(runs)} runs already finished (skipped)")
     threads = threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))  # threads per run: cores / jobs
     results = {}
@@ -196,12 +195,10 @@ def run_sweep(runs, jobs=1, threads=0):
                         running[pool.submit(_worker, list(map(str, r.argv)), str(r.folder), threads)] = r
                     for f in wait(running, return_when=FIRST_COMPLETED).done:
                         r = running.pop(f)
-                        results[r.name] = f.result()  # a run stopped by Ctrl-C raises train.Interrupted here
-                        print(f"[{len(results)}/{len(todo)}] {r.name}: {results[r.name][0]} "
-                              f"({results[r.name][1]:.0f} s)", flush=True)
+                        status, s = results[r.name] = f.result()  # one stopped by Ctrl-C raises train.Interrupted
+                        print(f"[{len(results)}/{len(todo)}] {r.name}: {status} ({s:.0f} s)", flush=True)
             except KeyboardInterrupt:  # Ctrl-C (a terminal's reaches the workers too): no queued run starts;
-                print("\nCtrl-C: the runs in flight save a checkpoint; no queued run starts", file=sys.stderr,
-                      flush=True)
+                print("\nCtrl-C: the runs in flight save a checkpoint; no queued run starts", file=sys.stderr)
                 raise                  # leaving the pool waits for the runs in flight
     failed = [n for n, (s, _) in results.items() if s.startswith("failed")]
     if failed:
@@ -222,8 +219,9 @@ def write_json(path, obj):
     atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 
 
-def settings_json(a, leave_out=()):
-    """An experiment's flags for report.json but leave_out: JSON values as they are, others as strings, no _keys."""
+def settings_json(a, leave_out=INVOCATION_FLAGS):
+    """The flags report.json keeps but leave_out (by default how it was made, not what it measured): JSON values as
+    they are, others as strings, no _keys."""
     plain = (int, float, str, bool, list, tuple, dict, type(None))
     return {k: (v if isinstance(v, plain) else str(v)) for k, v in vars(a).items() if not k.startswith("_")
             and k not in leave_out}

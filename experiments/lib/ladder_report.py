@@ -27,7 +27,7 @@ def reused(a):
     --preset scarcity: {(condition, width, seed, U asked): record} (its records keep their curves)."""
     if not a.reuse:
         return {}
-    old, now = common.reused_report(a.reuse), kept_settings(a)
+    old, now = common.reused_report(a.reuse), common.settings_json(a)
     if diff := sorted(k for k, v in json.loads(json.dumps(now)).items() if old["settings"].get(k) != v):
         raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
     if a.preset == "scarcity":
@@ -35,11 +35,6 @@ def reused(a):
     det = json.loads((Path(a.reuse) / "details.json").read_text())["runs"]
     return {(r["condition"], r["width"], r["seed"]): (r, det[f"{r['condition']}/d{r['width']}/s{r['seed']}"])
             for r in old["runs"]}
-
-
-def kept_settings(a):
-    """The flags a report keeps: what it measured, not how it was made (common.INVOCATION_FLAGS)."""
-    return common.settings_json(a, common.INVOCATION_FLAGS)
 
 
 def baseline(c):
@@ -181,12 +176,11 @@ def render(a, data, details, out, provenance):
     front = front_table(entries, a.preset) if getattr(a, "preset", "subset") != "subset" else None  # (older: none)
     figures = FIGURES + [MUSIC[0]] * (out / MUSIC[0]).exists()
     text = markdown(a, data, entries, check_list, front, figures, provenance)
-    settings = kept_settings(a)
     common.write_report(out, text, source=SOURCE, regime=regime(a, data, provenance), figures=figures,
                         verdicts=entries, provenance=provenance, prose_unigram_ppl=data["prose_unigram_ppl"],
                         checks=check_list, **({"front_table": front} if front else {}),
-                        settings=settings, facts=data["facts"], pretrain_share=pretrain_share(a, data["facts"]),
-                        runs=records, missing=data["missing"])
+                        settings=common.settings_json(a), facts=data["facts"],
+                        pretrain_share=pretrain_share(a, data["facts"]), runs=records, missing=data["missing"])
     if details is not None:
         common.write_json(out / "details.json", {"runs": details})
         plot_curves(a, details, out / "curves.png")
@@ -231,7 +225,7 @@ def render_headline(a, records, missing, out, provenance):
     common.write_report(out, text, source=SOURCE, regime=regime, figures=["headline.png"], verdicts=entries,
                         provenance=provenance, front_table={"title": "The headline command at train.py's default "
                         "budget, prose perplexity per arm", "lines": lines}, runs=records, missing=missing,
-                        settings=kept_settings(a))
+                        settings=common.settings_json(a))
     return text
 
 

@@ -65,13 +65,9 @@ def base_kind(row):
     return row[:-len(SHUFFLED)] if row.endswith(SHUFFLED) else row
 
 
-def is_dyck(row):
-    return base_kind(row).startswith("dyck")
-
-
 def ruled(row, task):
     """Pre-trained by the stopping rule (DYCK's protocol): Dyck for any model, every kind for the d = 16 model."""
-    return is_dyck(row) or TASKS[task]["n_embd"] <= 16
+    return base_kind(row).startswith("dyck") or TASKS[task]["n_embd"] <= 16
 
 
 def pretrain_plan(a, row, task="haystack"):
@@ -90,7 +86,7 @@ def data_options(a, row, task):
     Dyck rows of --dyck-length; the sequence kinds at SMALL_SEQ on the d = 16 model."""
     from data.procedural import SEQ_KINDS
     small = base_kind(row) in SEQ_KINDS and TASKS[task]["n_embd"] <= 16
-    return {"length": a.dyck_length} if is_dyck(row) else dict(SMALL_SEQ) if small else {}
+    return {"length": a.dyck_length} if base_kind(row).startswith("dyck") else dict(SMALL_SEQ) if small else {}
 
 
 def entropy(a, row, task):

@@ -174,7 +174,7 @@ def render(a, runs, n_planned, out, provenance):
     text = "\n".join(lines + ["Figures: `curves.png` (accuracy or loss along each run), `accuracy.png` (the final "
                               "accuracies). Every run's numbers and flags: `report.json`.", ""])
     common.write_report(out, text, source=SOURCE, regime=reg, figures=FIGURES, verdicts=entries, provenance=provenance,
-                        settings=common.settings_json(a, common.INVOCATION_FLAGS), n_planned=n_planned,
+                        settings=common.settings_json(a), n_planned=n_planned,
                         checks=check_list, runs=runs)
     plot_all(recs, out)
     return text
