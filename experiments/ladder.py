@@ -369,8 +369,7 @@ def main(argv=None):
     common.experiment_main(parse_args(argv), argv, plan=plan, show_plan=print_plan, train=run_waves,
                            rebuild=ladder_report.rebuild, render=lambda a, runs, prov: (
         ladder_report.render_headline(a, *ladder_report.headline_records(a, runs), a.out, prov)
-        if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out, prov,
-                                                              common.settings_json(a))
+        if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out, prov)
         if a.preset == "scarcity" else ladder_report.render(a, *collect(a, runs), a.out, prov)),
         wrote="\n{text}\nwrote {out}/report.md, report.json, details.json, the PNGs ({s:.0f} s)")
 

@@ -113,8 +113,7 @@ def _run_one(argv, folder, threads, quiet):
     """Train one run (in this process or a worker); a divergence is a finding, written down."""
     import torch
     torch.set_num_threads(threads)
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder := Path(folder)).mkdir(parents=True, exist_ok=True)
     full = list(argv) + ["--out", str(folder), "--resume", "--threads", str(threads), "--no-plot"] + \
         (["--no-progress"] if quiet else [])
     t0 = time.time()

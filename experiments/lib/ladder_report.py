@@ -196,7 +196,7 @@ def rebuild(out):
     a, prov, preset = argparse.Namespace(**rep["settings"]), rep.get("provenance"), rep["settings"].get("preset")
     if preset == "scarcity":
         from experiments.lib import ladder_scarcity
-        return ladder_scarcity.render(a, rep["runs"], rep["missing"], out, prov, rep["settings"])
+        return ladder_scarcity.render(a, rep["runs"], rep["missing"], out, prov)
     if preset == "headline":
         return render_headline(a, rep["runs"], rep["missing"], out, prov)
     data = {k: rep[k] for k in ("runs", "missing", "facts", "prose_unigram_ppl")}

@@ -52,7 +52,7 @@ def records(a, runs):
     return [got[k] for k in want if k in got], [list(k) for k in want if k not in got]
 
 
-def render(a, recs, missing, out, provenance, settings):
+def render(a, recs, missing, out, provenance):
     """report.md, report.json and curves.png from the records."""
     entries = read_all(CLAIMS, recs)
     cells = {tuple(c["cell"]): c for c in next(e for e in entries if e["claim"] == CROSSOVER.claim)["cells"]}
@@ -73,7 +73,7 @@ def render(a, recs, missing, out, provenance, settings):
                                regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
                                front_table={"title": "The ladder against prose repeated for as many steps, by unique "
                                             "prose tokens U", "lines": table(entries)}, crossover=crossover, runs=recs,
-                               missing=missing, settings=settings)
+                               missing=missing, settings=common.settings_json(a))
 
 
 def plot(recs, path):
