@@ -34,10 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 import torch  # noqa: E402
 
 from batches import keep_unique_tokens, load_corpus  # noqa: E402
-from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep, data_constrained_scan as sc  # noqa: E402
-from experiments.lib.common import (Run, experiment_main, group, is_finished, kept_records, main_guard,  # noqa: E402
-                                    pace_line, read_summary, reused_report, sweep_parser)
+from experiments.lib.common import (Run, UserError, experiment_main, group, is_finished, kept_records,  # noqa: E402
+                                    main_guard, pace_line, read_summary, reused_report, sweep_parser)
 from evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import parse_args as train_parse_args  # noqa: E402
 
@@ -300,8 +299,7 @@ def train_phase(a, train, runs, title):
 
 
 def train_and_collect(a, _, train):
-    """Phases 0-3 (train: nothing with --report-only); returns how to read the records of phase 4 once the invocation
-    is recorded (with --report-only and no finished run, the ones OUT/report.json keeps)."""
+    """Phases 0-3 (train: nothing with --report-only); returns how to read phase 4's records, once it is recorded."""
     if a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
         return lambda: kept_records(a.out, rep.RECORD_KEYS, "drop --report-only")
     check_budgets(a)

@@ -32,10 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 from flags import parse_args as train_flags  # noqa: E402
 
 from checkpoint import stage_file  # noqa: E402
-from data.common import UserError  # noqa: E402
 from experiments.lib import common, ladder_music, ladder_report, ladder_scarcity  # noqa: E402
 from experiments.lib.ladder_headline_claims import HEADLINE_ARMS, HEADLINE_SEEDS  # noqa: E402
-from experiments.lib.common import Run  # noqa: E402
+from experiments.lib.common import Run, UserError  # noqa: E402
 
 # condition -> (pre-training run key or None, prose run key, --transfer of the prose run, prose budget)
 CONDITIONS = {

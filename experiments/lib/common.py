@@ -76,8 +76,7 @@ def reused_report(folder):
 
 
 def kept_records(out, keys, fix=None):
-    """The records a rebuild reads: the `keys` of OUT/report.json (None for one it lacks); where there is no such
-    file, None, or with `fix` a one-line error that ends in it."""
+    """OUT/report.json's `keys` (None for one it lacks) for a rebuild; without it None, or with `fix` an error."""
     if (path := Path(out) / "report.json").exists():
         return {k: rep.get(k) for rep in [json.loads(path.read_text())] for k in keys}
     if fix:
@@ -161,8 +160,7 @@ def term_as_ctrl_c():
 
 
 def run_sweep(runs, jobs=1, threads=0):
-    """Train every unfinished run (--jobs at a time); returns {name: (status, seconds)} for the runs
-    trained now. Ctrl-C or `kill PID` stops it with every run in flight checkpointed (term_as_ctrl_c)."""
+    """Train unfinished runs, --jobs at a time: {name: (status, seconds)}; `kill PID` checkpoints them as Ctrl-C."""
     for r in runs:  # a finished run of other settings is not silently reused
         s = read_summary(r.folder)
         if s is not None:
@@ -219,8 +217,7 @@ def write_json(path, obj):
 
 
 def settings_json(a, leave_out=INVOCATION_FLAGS):
-    """The flags report.json keeps but leave_out (by default how it was made, not what it measured): JSON values as
-    they are, others as strings, no _keys."""
+    """The flags report.json keeps (not how it was made: leave_out), JSON values as they are, others str, no _keys."""
     plain = (int, float, str, bool, list, tuple, dict, type(None))
     return {k: (v if isinstance(v, plain) else str(v)) for k, v in vars(a).items() if not k.startswith("_")
             and k not in leave_out}
@@ -260,10 +257,9 @@ def pyplot():
 
 
 def experiment_main(a, argv, *, show_plan, train, render, wrote, plan=lambda a: None, rebuild=None, inherit=True):
-    """An experiment script's main() from its flags: --plan is show_plan(a, plan(a)); --report-only where OUT has no
-    run folders but a report.json, rebuild(OUT); else OUT made, --reuse DIR's invocations first (inherit), got =
-    train(a, plan(a), sweep) recorded as this invocation (Provenance) while sweep(runs) trains them (neither with
-    --report-only), and report.md's text render(a, got, provenance) printed by `wrote` ({text}, {out}, {s})."""
+    """An experiment script's main(): --plan is show_plan(a, plan(a)); --report-only with no run folders but a
+    report.json, rebuild(OUT); else OUT made (--reuse DIR's invocations first: inherit), got = train(a, plan(a), sweep)
+    recorded as this invocation (sweep trains none with --report-only); render(a, got, provenance) printed: `wrote`."""
     t0, trained = time.time(), []
     if a.plan:
         return show_plan(a, plan(a))

@@ -93,8 +93,7 @@ def said(claim, entry):
 
 
 def front_table(entries, preset=None):
-    """report.json's `front_table`: the six contributions (SIX; a preset's ROWS) beside the paper's numbers, each
-    with its claims' cells and the combined verdict of its claims."""
+    """report.json's `front_table`: the contributions (SIX; a preset's ROWS), its claims' cells beside the paper's."""
     by, rows = {e["claim"]: e for e in entries}, []
     for n, title, paper, idx in (row for row in SIX if row[0] in ROWS.get(preset, (row[0],))):
         ours = [said(CLAIMS[i], by[CLAIMS[i].claim]) for i in idx]
@@ -108,8 +107,7 @@ def front_table(entries, preset=None):
 
 
 def pretrain_share(a, f):
-    """The ladder's pre-training tokens (music + poetry) / the prose tokens it then sees (every stage the same
-    batch x block), and the paper's."""
+    """The ladder's pre-training steps (music + poetry) / its prose steps (the same batch x block), and the paper's."""
     return {"ours": (a.music_steps + a.poetry_steps) / (a.prose_epochs * f["spe"]), "paper": PAPER_SHARE,
             "paper_approx": 0.05}
 
@@ -168,8 +166,7 @@ def markdown(a, data, entries, check_list, front, figures, provenance):
 
 
 def render(a, data, details, out, provenance):
-    """Write report.md, report.json, the PNGs and (with details) details.json from the records;
-    returns report.md. Nothing here reads the run folders, the clock or the machine."""
+    """report.md (returned), report.json, the PNGs and (with details) details.json from the records alone."""
     records = data["runs"]
     check_list, notes = checks(records, data["prose_unigram_ppl"], data["facts"])
     entries = read_all(CLAIMS, records, notes={c.claim: notes.get(c.extra.get("check")) for c in CLAIMS})
@@ -190,8 +187,7 @@ def render(a, data, details, out, provenance):
 
 
 def rebuild(out):
-    """report.md, report.json (and details.json, the PNGs) again from OUT/report.json alone: the
-    flags, records and provenance it keeps; the per-epoch curves from details.json if it is there."""
+    """The report again from OUT/report.json alone (and the per-epoch curves of details.json if it is there)."""
     rep, path = json.loads((out / "report.json").read_text()), out / "details.json"
     a, prov, preset = argparse.Namespace(**rep["settings"]), rep.get("provenance"), rep["settings"].get("preset")
     if preset == "scarcity":

@@ -36,8 +36,7 @@ def chains(a, make_run, pre_run):
 
 
 def records(a, runs):
-    """(the records of the reused cells and of every finished prose run: perplexity at the end and at the best
-    evaluation, the curve; the cells still missing)."""
+    """(the records of the reused cells and of the finished prose runs, the cells still missing)."""
     got = {**a._reused}
     for m, s, r in ((r.meta, s, r) for r in runs.values() if r.name.startswith("prose-")
                     for s in [common.read_summary(r.folder)] if s):

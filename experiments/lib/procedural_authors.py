@@ -71,8 +71,7 @@ def ruled(row, task):
 
 
 def pretrain_plan(a, row, task="haystack"):
-    """(steps, rows per step, lr, block size) of a row's pre-training for a task's model; a ruled run's steps
-    are a cap (the stopping rule ends it sooner)."""
+    """(steps, rows per step, lr, block size) of a row's pre-training for a task's model (ruled: steps a cap)."""
     from data import procedural
     kind, small = base_kind(row), TASKS[task]["n_embd"] <= 16
     y = DYCK if ruled(row, task) else YAML[kind]
@@ -239,9 +238,8 @@ def kept_pretrained(a, pre, keep=True):
 
 
 def make_merges(a):
-    """Attention, norms and positions from the first kind's model, MLP from the second's
-    (transfer.merge_checkpoints), one per task architecture and pre-training seed; made again when a source
-    model is newer (trained again)."""
+    """Attention, norms and positions from the first kind's model, MLP from the second's (transfer.merge_checkpoints),
+    one per task architecture and pre-training seed; made again when a source model is newer (trained again)."""
     import transfer
     from checkpoint import save_checkpoint
     for seed in range(min(a.seeds, a.pretrain_seeds)):

@@ -158,8 +158,7 @@ def pretrain_lines(runs):
 
 
 def render(a, runs, n_planned, out, provenance):
-    """report.md, report.json and the figures from the run records; returns report.md. Nothing here reads
-    the run folders, the clock or the machine."""
+    """report.md (returned), report.json and the figures from the run records alone."""
     recs, authors, reg = records({"runs": runs}), getattr(a, "records", None) is not None, regime(a, provenance, runs)
     check_list, notes = checks(runs, recs)
     entries = read_all(CLAIMS, recs, notes)

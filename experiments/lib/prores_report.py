@@ -82,8 +82,7 @@ class Data:
 
 
 def analyse_run(a, run, data):
-    """One finished run's record (None if it has not finished), from its metrics.jsonl and its final model: the
-    residual stream's RMS after each block on one fixed validation batch."""
+    """A finished run's record (else None): its metrics.jsonl, the final model's RMS after each block (data.batch)."""
     from evaluate import activation_rms, stage_model
     s, diverged = read_summary(run.folder), (run.folder / "diverged.json").exists()
     if s is None and not diverged:
@@ -120,8 +119,7 @@ def analyse(a, runs):
 
 
 def settle(r, warmup_iters, stuck_margin, curves=True):
-    """A run's record as report.json keeps it, with the numbers derived from its curves; without `curves` the
-    per-step curves are dropped. Idempotent."""
+    """A run's record as report.json keeps it (idempotent): the numbers its curves give; the curves with `curves`."""
     rms = stream_rms(r)
     r.setdefault("act_growth", rms[-1] / rms[1] if rms and len(rms) > 1 else None)
     r.setdefault("act_fit", growth_fit(rms))

@@ -113,8 +113,7 @@ class Provenance:
 
 
 def update_entries(path, change):
-    """OUT/provenance.json rewritten as change(entries) returns it (None: left as it is), under a lock: a running
-    invocation's heartbeat and --reuse's inherit_invocations both rewrite it."""
+    """OUT/provenance.json as change(entries) returns it (None: as it is), locked: heartbeats, inherit_invocations."""
     import fcntl
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / ".provenance.lock", "a") as lock:
@@ -135,8 +134,7 @@ def summarize_provenance(entries):
 
 
 def kept_provenance(out):
-    """The provenance of a report rebuilt without training: OUT/provenance.json, else the one OUT/report.json
-    keeps, else None; never the rebuild's own time or machine."""
+    """A rebuild's provenance: OUT/provenance.json's, else OUT/report.json's, else None (never the rebuild's own)."""
     if (path := Path(out) / "provenance.json").exists():
         return summarize_provenance(json.loads(path.read_text()))
     return json.loads(path.read_text()).get("provenance") if (path := Path(out) / "report.json").exists() else None
