@@ -116,8 +116,7 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
 
 def parse_args(argv=None):
     p = common.sweep_parser(__doc__, "out/ladder", FLAGS, choices=sorted(PRESETS), default="contributions",
-                            help="PRESETS (default contributions; full: every condition, d 16/32/64, 5 seeds; "
-                                 "paper: the paper's scale for a GPU)")
+                            help="PRESETS, as the docstring of experiments/ladder.py says (default contributions)")
     a = p.parse_args(argv)
     preset = {**SETTINGS, **PRESETS[a.preset], **(QUICK if a.quick else {})}
     vars(a).update({k: v for k, v in preset.items() if getattr(a, k, None) is None})

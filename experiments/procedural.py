@@ -65,11 +65,6 @@ def parse_args(argv=None):
     a.controls = pick(lambda t, r, m: [pa.base_kind(r)] if r.endswith(pa.SHUFFLED) else [])
     a.out = Path(a.out or ("out/procedural-quick" if a.quick else "out/procedural"))
     a.reuse and common.reused_report(a.reuse)  # a one-line error where DIR holds no report.json
-    check(a)
-    return a
-
-
-def check(a):
     from data import procedural
     if m := next((m for m in a.merges if len(m) != 2), None):
         raise UserError(f"--cells: a merge row is attn-KIND+mlp-KIND, e.g. attn-dyck+mlp-set, not attn-{'+mlp-'.join(m)}")
@@ -83,6 +78,7 @@ def check(a):
                             "transfer, a kind's row with full, attn or mlp")
     if a.dyck_length % 2 and any(k.startswith("dyck") for k in pa.rows(a)[1:]):
         raise UserError(f"--dyck-length must be even (a balanced Dyck row), got {a.dyck_length}")
+    return a
 
 
 def estimate(run):

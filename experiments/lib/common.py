@@ -88,8 +88,7 @@ def is_finished(folder):
 
 
 def pace_line(runs, estimate, todo_s, jobs):
-    """The plans' estimate measured on this machine: the finished runs' seconds against estimate(run),
-    and the todo_s CPU seconds still to run scaled by that ratio; '' before any run finished."""
+    """The plan measured here: the finished runs' seconds / estimate(run), todo_s at that pace ('' before any)."""
     done = [r for r in runs if (Path(r.folder) / "summary.json").exists()]
     measured, est = sum(read_summary(r.folder)["seconds"] for r in done), sum(estimate(r) for r in done)
     if not done or est <= 0:

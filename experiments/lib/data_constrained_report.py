@@ -72,8 +72,7 @@ def fan_out(N, U, L):
 
 
 def fit_laws(laws, methods, records):
-    """Per method: the data's fan-out and, per law, the fit on the seed-averaged cells and the
-    extrapolation to the largest U (fitted without it, where >= 2 smaller budgets remain)."""
+    """Per method: the data's fan-out; per law, the fit on the seed-averaged cells, extrapolated to the largest U."""
     out = {}
     for method in [m for m in methods if done(records, m)]:
         cs, (N, U, D, L) = arrays(records, method)

@@ -172,18 +172,17 @@ def render(a, data, details, out, provenance):
     entries = read_all(CLAIMS, records, notes={c.claim: notes.get(c.extra.get("check")) for c in CLAIMS})
     front = front_table(entries, a.preset) if getattr(a, "preset", "subset") != "subset" else None  # (older: none)
     figures = FIGURES + [MUSIC[0]] * (out / MUSIC[0]).exists()
-    text = markdown(a, data, entries, check_list, front, figures, provenance)
-    common.write_report(out, text, source=SOURCE, regime=regime(a, data, provenance), figures=figures,
-                        verdicts=entries, provenance=provenance, prose_unigram_ppl=data["prose_unigram_ppl"],
-                        checks=check_list, **({"front_table": front} if front else {}),
-                        settings=common.settings_json(a), facts=data["facts"],
-                        pretrain_share=pretrain_share(a, data["facts"]), runs=records, missing=data["missing"])
     if details is not None:
         common.write_json(out / "details.json", {"runs": details})
         plot_curves(a, details, out / "curves.png")
     plot_width(a, records, out / "width.png")
     plot_ablation(records, out / "ablation.png")
-    return text
+    return common.write_report(out, markdown(a, data, entries, check_list, front, figures, provenance), source=SOURCE,
+                               regime=regime(a, data, provenance), figures=figures, verdicts=entries,
+                               provenance=provenance, prose_unigram_ppl=data["prose_unigram_ppl"], checks=check_list,
+                               **({"front_table": front} if front else {}), settings=common.settings_json(a),
+                               facts=data["facts"], pretrain_share=pretrain_share(a, data["facts"]), runs=records,
+                               missing=data["missing"])
 
 
 def rebuild(out):
@@ -218,11 +217,10 @@ def render_headline(a, records, missing, out, provenance):
     text = "\n".join(["# The headline command: `python train.py --stages music,poetry,prose --prores`", "",
                       provenance_line(provenance), "", *table(entries), "", RULE, "", *lines, "", regime, "",
                       *(f"Missing: {m}" for m in missing), "`headline.png`: the headline command's loss (1337).", ""])
-    common.write_report(out, text, source=SOURCE, regime=regime, figures=["headline.png"], verdicts=entries,
-                        provenance=provenance, front_table={"title": "The headline command at train.py's default "
-                        "budget, prose perplexity per arm", "lines": lines}, runs=records, missing=missing,
-                        settings=common.settings_json(a))
-    return text
+    return common.write_report(out, text, source=SOURCE, regime=regime, figures=["headline.png"], verdicts=entries,
+                               provenance=provenance, front_table={"title": "The headline command at train.py's "
+                               "default budget, prose perplexity per arm", "lines": lines}, runs=records,
+                               missing=missing, settings=common.settings_json(a))
 
 
 def headline_records(a, runs):

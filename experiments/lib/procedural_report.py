@@ -172,11 +172,10 @@ def render(a, runs, n_planned, out, provenance):
         lines += ["## What differs from the authors, and why", ""] + [f"- {d}" for d in pa.DIFFERENCES] + [""]
     text = "\n".join(lines + ["Figures: `curves.png` (accuracy or loss along each run), `accuracy.png` (the final "
                               "accuracies). Every run's numbers and flags: `report.json`.", ""])
-    common.write_report(out, text, source=SOURCE, regime=reg, figures=FIGURES, verdicts=entries, provenance=provenance,
-                        settings=common.settings_json(a), n_planned=n_planned,
-                        checks=check_list, runs=runs)
     plot_all(recs, out)
-    return text
+    return common.write_report(out, text, source=SOURCE, regime=reg, figures=FIGURES, verdicts=entries,
+                               provenance=provenance, settings=common.settings_json(a), n_planned=n_planned,
+                               checks=check_list, runs=runs)
 
 
 def plot_all(recs, out):
