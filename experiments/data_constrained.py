@@ -11,10 +11,9 @@ unique tokens of music; AR with a tuned strong weight decay (wd) against the sam
     python experiments/data_constrained.py --reuse experiments/results/data_constrained  # train only what it lacks
 
 Phases (a run is train.py in OUT/runs/<name>: skipped when finished, resumed, or taken from --reuse DIR's report):
-0. (authors) the scan (lib/data_constrained_scan.py) chooses the sizes, budgets and epochs. 1. the decay sweep
-per size at U0: the lowest mean loss over its seeds is the size's strong decay. 2. the grid (grid_runs): sizes x
-budgets x methods (METHOD_RUN). 3-4. every final checkpoint on the whole validation split (MDLM: its NLL bound);
-evaluate.py; the report (lib/data_constrained_report.py): laws, multiplier, per-token gain, claims, PNGs.
+0. (authors) the scan (lib/data_constrained_scan.py) chooses sizes, budgets, epochs; 1. the decay sweep per size at
+U0 (the lowest mean loss is the size's strong decay); 2. the grid, sizes x budgets x methods (METHOD_RUN); 3-4. every
+final checkpoint on the whole validation split (evaluate.py; MDLM: its NLL bound), the report (lib/*_report.py).
 The authors' baseline (dcp/model.py:95, :135-149, :194; dcp/train4_diffusionauxiliary_impl.py:314-333): dropout 0.1
 on the attention output only, an untied decayed head, decays 0.4-3.2 (scripts/all5models_baseline.sh:21-25). MIR:
 lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept. Their MDLM: lr 2e-4 (scripts/ddc_72M_largewd.sh:17)

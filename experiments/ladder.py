@@ -14,11 +14,10 @@ Random init and the controls over seeds and widths; the claims it tests: experim
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
 
 Each pre-training stage is a train.py run once per (width, seed), each prose stage a run from it (--init-from; one
-music run of 3N chunks serves music, volume-large, the ablations and the ladder's poetry), in waves (common.run_sweep,
-finished runs skipped); a prose run is stage 0 of its own run (at one seed every condition sees the same batches),
-evaluated each epoch. Budgets (PRESETS): prose = the first --prose-tokens for --prose-epochs epochs; music on N or 3N
---music-chunks (the paper's 12k : 36k); compute-matched = prose for the whole ladder's steps; the long pair until
---patience epochs bring no new best (at most --long-epochs), its ppl_final the best."""
+music run of 3N chunks serves music, volume-large, the ablations and the ladder's poetry), in waves (finished runs
+skipped); a prose run is stage 0 of its own run (at one seed every condition sees the same batches), evaluated each
+epoch (FLAGS: the budgets); compute-matched trains prose for the whole ladder's steps, the long pair until --patience
+epochs bring no new best (at most --long-epochs), its ppl_final the best."""
 
 import math
 import os

@@ -5,16 +5,14 @@ Jiang, Shinnick et al., arXiv 2601.21725 (Dyck pre-training lifts HAYSTACK from 
     python experiments/procedural.py --plan           # the runs and an estimate; trains nothing
     python experiments/procedural.py --quick          # a smoke version (5 tiny runs, a minute or two)
     python experiments/procedural.py                  # the default: HAYSTACK at the authors' budget
-    python experiments/procedural.py --report-only    # report.md/json and the PNGs from finished runs
     python experiments/procedural.py --report-only --out experiments/results/procedural   # from report.json
 
 The diagnostics as the authors run them (lib/procedural_authors.py: each setting, its line in their code, each
 difference): stream:NAME tasks, their model per task, their budget of 10,000,000 records seen; a pre-training run
 per kind on the task's architecture, transferred whole or attention / MLP alone. The default: HAYSTACK after no
 pre-training, Dyck and shuffled Dyck, 3 seeds; `--cells table`: the paper's six claims (TABLE), each cell with its
-own baseline; --cells makes any other. Runs live in OUT/runs/<name>/ (finished: skipped; interrupted: resumed),
-the pre-trained models in OUT/pretrained/ for --reuse. Claims and report: lib/procedural_claims.py,
-lib/procedural_report.py; --report-only rebuilds experiments/results/procedural-table (a preset no longer run).
+own baseline; --cells makes any other. OUT/pretrained/ keeps the pre-trained models for --reuse; --report-only
+rebuilds experiments/results/procedural-table (a preset no longer run). Claims and report: lib/procedural_*.py.
 """
 
 import sys

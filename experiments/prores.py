@@ -101,9 +101,8 @@ def parse_args(argv=None):
 
 
 def choose(a, scan):
-    """(lr*, [L*], lines) from the scan's records: the smallest lr >= auto_min_lr where a baseline degrades with
-    depth (final val loss more than `margin` above its own at the shallowest depth, or failed: diverged, or within
-    stuck_margin of the unigram loss); measured at the shallowest depth and each baseline's first in trouble."""
+    """(lr*, [L*], lines) from the scan: the smallest lr >= auto_min_lr where a baseline degrades with depth (final val
+    loss `margin` above its own at the shallowest depth, or failed); L*: each baseline's first depth in trouble."""
     by, L0, lines = {(r["norm"], r["lr"], r["depth"]): r for r in scan}, a.scan_depths[0], []
     for lr in [x for x in a.scan_lrs if x >= a.auto_min_lr - 1e-12]:
         hits = set()

@@ -17,9 +17,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")  # how a report is made, not its results
-sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: train, model, data
 
 import train  # noqa: E402
 from checkpoint import read_summary  # noqa: E402,F401 (the experiments read it from here)

@@ -27,9 +27,8 @@ MDLM_TABLE = ("ar-weak", "wd", "mdlm-weak", "mdlm-tuned", "mdlm-strong")
 
 
 def collect(a, sweep, grid, strong, scan=None):
-    """The records a report is rendered from: the settings, the strong decay per size, a record per sweep run and per
-    (method, grid run): its full-validation loss, its val loss's change per epoch over its last evaluation interval and
-    from half-way to the end, nats (or --reuse DIR's record), the law fits, the per-token sums (else DIR's)."""
+    """The records to render: settings, strong decay per size, a record per sweep and (method, grid) run (full val
+    loss; its change per epoch over the last interval and from half-way; or DIR's), fits, per-token sums (or DIR's)."""
     def record(r):
         rec, s = dict(r.meta, name=r.name), read_summary(r.folder)
         if (o := a._reused.get(r.name)) or s is None:

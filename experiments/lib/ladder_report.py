@@ -22,9 +22,8 @@ PAPER_SHARE = "a few percent: music ~2 passes over 36k MAESTRO chunks and a poet
 
 
 def reused(a):
-    """--reuse DIR: {(condition, width, seed): (record, details)} of the results DIR's report holds, made with the
-    same settings; their prose runs are not trained again (their pre-training, seconds, is: the report's facts).
-    --preset scarcity: {(condition, width, seed, U asked): record} (its records keep their curves)."""
+    """--reuse DIR (its settings ours): {(condition, width, seed): (record, details)}, their prose runs not trained
+    again (their pre-training is: the facts); --preset scarcity: {(condition, width, seed, U asked): record}."""
     if not a.reuse:
         return {}
     old, now = common.reused_report(a.reuse), common.settings_json(a)
@@ -224,8 +223,7 @@ def render_headline(a, records, missing, out, provenance):
 
 
 def headline_records(a, runs):
-    """--preset headline: (records: a finished run's last-stage (prose) perplexity, missing: the other runs); the
-    headline command's losses at seed 1337 (train.py's loss.png) as OUT/headline.png."""
+    """--preset headline: (each finished run's prose perplexity, the missing runs); seed 1337's loss: headline.png."""
     done, head = [(r.meta, common.read_summary(r.folder)) for r in runs.values()], runs["curriculum+prores-s0"].folder
     if (head / "metrics.jsonl").exists():
         common.train.plot_losses(head), (a.out / "headline.png").write_bytes((head / "loss.png").read_bytes())

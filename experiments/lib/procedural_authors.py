@@ -7,13 +7,12 @@ from pathlib import Path
 
 from experiments.lib import common
 
-# task -> their model and batch (each task file's lines 1-16); multiplication alone uses a larger model
+# task -> their model and batch (each task file's lines 1-16): the d = 16 model, but for multiplication's larger one
 # (task_multiplication.py:2-5, 15); sorting has no task file of theirs
-TASKS = {"haystack": dict(n_layer=2, n_head=4, n_embd=16, context=100, batch=1000),
-         "addition": dict(n_layer=2, n_head=4, n_embd=16, context=40, batch=1000),
-         "reversed_addition": dict(n_layer=2, n_head=4, n_embd=16, context=40, batch=1000),
-         "multiplication": dict(n_layer=4, n_head=8, n_embd=512, context=40, batch=64),
-         "sorting": dict(n_layer=2, n_head=4, n_embd=16, context=64, batch=1000)}
+SMALL = dict(n_layer=2, n_head=4, n_embd=16, batch=1000)
+TASKS = {"haystack": dict(SMALL, context=100), "addition": dict(SMALL, context=40),
+         "reversed_addition": dict(SMALL, context=40),
+         "multiplication": dict(n_layer=4, n_head=8, n_embd=512, context=40, batch=64), "sorting": dict(SMALL, context=64)}
 RECORDS = 250 * 40_000   # experiment_stream.py:283, train_steps * train_size records seen
 # AdamW (:25-26), 500 linear warm-up steps then cosine to 0 (:27, :33), untied head (:39), no dropout (:44)
 TASK_OPT = dict(lr=1e-3, warmup=500, weight_decay=0.001)

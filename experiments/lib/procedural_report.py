@@ -44,9 +44,8 @@ def record(a, run):
 
 
 def collect(a, runs):
-    """The records of the finished runs: from their folders, else from --reuse DIR's report.json. A pre-training
-    run reused and trained again (its model was not kept) keeps the first record (the reused runs started from
-    that model), the new one as its `retrained` (the runs trained since start from this one)."""
+    """The finished runs' records, from their folders, else --reuse DIR's report.json; a pre-training run reused and
+    trained again (its model lost) keeps the first record (its runs' start), the new one as its `retrained`."""
     kept, keys = pa.reused(a, runs), ("val_loss", "best_val_loss", "steps", "stop_reason", "seconds")
     pairs = [(record(a, run), kept.get(run.name)) for run in runs]
     return [dict(old, retrained={k: new[k] for k in keys}) if new and old and new["part"] == "pretrain" and new[
@@ -97,9 +96,8 @@ def floors(runs):
 
 
 def checks(runs, recs):
-    """report.json's `checks` ({check, holds, detail}) and {claim: the note after its numbers}: has each pre-trained
-    model learnt its task (its loss within FLOOR_GAP of its data's entropy; a kind's worst model), and does each
-    task's baseline leave room for a gain (token-level accuracy under CEILING)?"""
+    """report.json's `checks` and {claim: its note}: has each pre-trained model learnt its task (a kind's worst within
+    FLOOR_GAP of its data's entropy), and does each task's baseline leave room for a gain (token accuracy < CEILING)"""
     gaps = [(r.get("condition", r.get("row")), x["val_loss"] - r["entropy"]) for r in runs if r["part"] == "pretrain"
             and r.get("entropy") is not None and not r.get("diverged") for x in (r, r.get("retrained") or r)]
     pre = {k: max(g for c, g in gaps if c == k) for k, _ in gaps}

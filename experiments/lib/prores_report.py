@@ -211,9 +211,8 @@ def runs_table(recs):
 
 
 def along(a, recs):
-    """Validation loss where every layer is on (the lr warmup's end for a baseline), where the lr decay starts, and
-    at the end, mean over seeds; and the plateau check: has the loss flattened over the tenth of the run before the
-    decay? (each run's loss at its end against its start, by the paired t-test)."""
+    """Val loss where every layer is on (a baseline: the warm-up's end), where the decay starts and at the end; the
+    plateau check: over the tenth of the run before the decay, each run's end against its start (paired t-test)."""
     rs = [r for r in recs if r.get("val_curve")]
     at = lambda r, t: next((v for s, v in zip(r["val_steps"][::-1], r["val_curve"][::-1]) if s <= t), None)  # noqa
     stable = round(a.iters * (1 - a.decay_frac))
@@ -268,8 +267,7 @@ def render(records, out):
              f"pre-clipping norm above {sd['grad_factor']:g} x that median.", "", "## The paper's claims", "", RULE, ""]
     lines += table(entries) + ["", f"## {front['title']}", ""] + front["lines"] + [""]
     if a.scan:
-        lines += scan_table(a, srecs)
-        lines += ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
+        lines += scan_table(a, srecs) + ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
             f"- measured: lr {lr:g}, depths {', '.join(map(str, depths))}", ""]
     trend, plateau = along(a, recs) if any(r.get("val_curve") for r in recs) else ([], None)
     lines += runs_table(recs) + trend

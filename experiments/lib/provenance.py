@@ -49,9 +49,8 @@ def git_state():
 
 
 class Provenance:
-    """One invocation of an experiment in OUT/provenance.json, appended to those before it; finish() adds its wall
-    and CPU seconds (workers included). One stopped by Ctrl-C or an error is recorded by main_guard, one killed as
-    its last heartbeat wrote it."""
+    """One invocation in OUT/provenance.json, after those before it; finish() adds its wall and CPU seconds (workers'
+    too); one stopped by Ctrl-C or an error is recorded by main_guard, one killed as its last heartbeat wrote it."""
 
     active = None  # the invocation in progress (started, not finished), for main_guard
 
