@@ -221,8 +221,7 @@ def grid_runs(a, strong):
 
 
 def check_budgets(a):
-    """A budget larger than the corpus is a one-line error before anything is trained; the scan's max_budget (an upper
-    bound, not a budget) is lowered to the corpus's whole training set, so its grid stops there."""
+    """A budget beyond the corpus is a one-line error before any training; the scan's max_budget is lowered to it."""
     corpus = load_corpus(a.stage, train_parse_args(["--stages", a.stage, "--block-size", str(a.block_size)]
                                                    + a.train_args.split()))
     for U in a.budgets + (a.scan_budgets if a.scan else []):

@@ -54,7 +54,6 @@ CONDITIONS = {
     "long-random": (None, "long-random", None, "long"),          # the long pair: prose to a plateau
     "long-ladder": ("ladder", "long-ladder", None, "long"),
 }
-BASELINE = {"long-random": "long-random", "long-ladder": "long-random"}  # every other one: random
 PRETRAIN = {  # pre-training run key -> (stage flag, music chunks in units of N or None, --init-from key, steps flag)
     "musicL": ("music_stage", 3, None, "music_steps"), "musicS": ("music_stage", 1, None, "music_steps"),
     "synthL": ("synthetic_stage", 3, None, "music_steps"), "synthS": ("synthetic_stage", 1, None, "music_steps"),
@@ -129,7 +128,7 @@ def parse_args(argv=None):
     names = list(CONDITIONS) if a.conditions == "all" else [c.strip() for c in a.conditions.split(",") if c.strip()]
     if set(names) - set(CONDITIONS):
         p.error(f"unknown condition(s) {sorted(set(names) - set(CONDITIONS))}; choose from: {', '.join(CONDITIONS)}")
-    names += [BASELINE.get(c, "random") for c in names]  # every condition is compared with its baseline
+    names += [ladder_report.baseline(c) for c in names]  # every condition is compared with its baseline
     a.conditions = [c for c in CONDITIONS if c in names]
     try:
         a.widths = [int(w) for w in str(a.widths).split(",")]
@@ -241,10 +240,9 @@ def plan(a):
             chain(a, c, w, s)[:-1 if (c, w, s) in a._reused else None] for c, w, s in cells(a)):  # (reused: no prose)
         for r in runs_of_a_cell:
             r.meta.setdefault("wave", 1 + (runs[r.meta["deps"][0]].meta["wave"] if r.meta["deps"] else 0))
+            r.meta["cpu_s"] = cpu_seconds(a, r.meta["kind"], r.meta["width"], r.meta["steps"],
+                                          r.meta["evals"] * r.meta["eval_iters"])
             runs.setdefault(r.name, r)
-    for r in runs.values():
-        r.meta["cpu_s"] = cpu_seconds(a, r.meta["kind"], r.meta["width"], r.meta["steps"],
-                                      r.meta["evals"] * r.meta["eval_iters"])
     return runs
 
 

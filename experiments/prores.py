@@ -14,10 +14,9 @@ Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alph
 Presets (PRESETS below; --set KEY=VALUE changes any entry) are every setting of every run: each placement in
 --norms, baseline and + ProRes (`arms`), at each depth, seeds 0..N-1 (a seed's arms share initial weights and
 batches: paired); ProRes' ramp as lib/prores_runs.prores_T (the authors' T L = 48k of 100k steps at 48-96 layers).
-Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540), DeepNet's for
-the DeepNorm baseline (lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2%
-warm-up and a linear decay to 0 over the last 10% (training_utils.py:75-110); `music` keeps compute in depth,
-not in a large LM head. Claims: lib/prores_claims.py; report: lib/prores_report.py; runs: lib/prores_runs.py.
+Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540; DeepNorm's baseline:
+lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2% warm-up and a linear decay to 0
+over the last 10% (training_utils.py:75-110); `music`: compute in depth, not in an LM head. Claims etc: lib/prores_*.py.
 """
 
 import argparse

@@ -36,9 +36,8 @@ class Run:
 
 
 def sweep_parser(doc, default_out, flags=(), **preset):
-    """An experiment script's parser: its docstring's first line (the layout kept), the flags every script has,
-    --preset (preset: its options) and FLAGS, (flag, type, help[, default]): unset (None) flags take the preset's
-    values; an empty help is train.py's flag of that name."""
+    """An experiment script's parser: its docstring's first line, the flags every script has, --preset (preset: its
+    options) and FLAGS, (flag, type, help[, default]): unset, the preset's value; no help: train.py's flag's."""
     from flags import ArgumentParser  # one-line errors, like train.py
     p = ArgumentParser(description=doc.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
@@ -159,10 +158,9 @@ def term_as_ctrl_c():
 
 def run_sweep(runs, jobs=1, threads=0):
     """Train unfinished runs, --jobs at a time: {name: (status, seconds)}; `kill PID` checkpoints them as Ctrl-C."""
+    from checkpoint import check_resume_args
     for r in runs:  # a finished run of other settings is not silently reused
-        s = read_summary(r.folder)
-        if s is not None:
-            from checkpoint import check_resume_args
+        if (s := read_summary(r.folder)) is not None:
             check_resume_args(s["args"], train.parse_args(list(map(str, r.argv)) + ["--out", str(r.folder)]), r.folder)
     todo = [r for r in runs if not is_finished(r.folder)]
     if n_done := len(runs) - len(todo):

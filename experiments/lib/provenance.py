@@ -1,6 +1,7 @@
 """Provenance: which code, command and machine made an experiment's report, and how long it took, summed over the
 invocations of a sweep that was interrupted and resumed (OUT/provenance.json; Provenance(out).finish() records one)."""
 
+import contextlib
 import json
 import os
 import platform
@@ -68,12 +69,10 @@ class Provenance:
     def _cpu():
         import resource  # the workers reaped (getrusage), and the live ones (/proc)
         s, c, live = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN), 0
-        for f in Path("/proc").glob("[0-9]*/stat"):
-            try:  # after the name: state, ppid, ..., utime and stime (clock ticks) at 11 and 12
+        for f in Path("/proc").glob("[0-9]*/stat"):  # after the name: state, ppid, ..., utime, stime (ticks) at 11, 12
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 v = f.read_text().rsplit(")", 1)[1].split()
                 live += int(v[11]) + int(v[12]) if int(v[1]) == os.getpid() else 0
-            except (OSError, ValueError, IndexError):
-                continue
         return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime + live / os.sysconf("SC_CLK_TCK")
 
     def entries(self):
