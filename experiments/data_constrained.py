@@ -187,8 +187,7 @@ def grid_hours(a, epochs, sizes, budgets):
     b = copy.copy(a)
     b.sizes, b.epochs, b.budgets = [s for s in a.scan_sizes if s[0] in sizes], epochs, list(budgets)
     b.methods, b.seeds_small_u = [m for m in a.methods if METHOD_RUN[m][0] != "mdlm"], None
-    middle = {s[0]: (b.decays[len(b.decays) // 2], b.lrs[0]) for s in b.sizes}
-    return seconds_of(b, unique(sweep_runs(b) + grid_runs(b, middle))) / 2 / 3600
+    return seconds_of(b, unique(sweep_runs(b) + grid_runs(b, None))) / 2 / 3600
 
 
 def sweep_runs(a):
@@ -209,6 +208,7 @@ def pick_strong(a, sweep):
 
 def grid_runs(a, strong):
     """Every (method, size, U, seed) run of the grid; a configuration two methods ask for is one Run under each."""
+    strong = strong or {s[0]: (a.decays[len(a.decays) // 2], a.lrs[0]) for s in a.sizes}  # None: placeholders
     mdlm_us = a.budgets[:a.mdlm_budgets] if a.mdlm_budgets else a.budgets
     decay = lambda m, size: (a.mdlm_strong_decay if m == "mdlm-strong" and a.mdlm_strong_decay else  # noqa: E731
                              strong[size][0] if METHOD_RUN[m][1] == "strong" else a.weak_decay)
@@ -267,8 +267,7 @@ def plan(a):
     if not a.scan or phase("phase 0, scan", scan_runs(a)):
         choose(a, seen) if a.scan else None
         strong = pick_strong(a, sweep) if phase("phase 1, decay sweep", sweep := sweep_runs(a)) else {0: None}
-        phase("phase 2, grid", grid_runs(a, strong if None not in strong.values() else {
-            s[0]: (a.decays[len(a.decays) // 2], a.lrs[0]) for s in a.sizes}))
+        phase("phase 2, grid", grid_runs(a, None if None in strong.values() else strong))
     else:
         lines.append(f"phases 1-2, the sweep and grid the scan chooses: at most ~{a.grid_hours:g} h (grid_hours)")
     lines.append("(STEP_MS, measured on a 2-core AMD EPYC, +-50%; plus minutes of evaluation and fits)")

@@ -289,8 +289,7 @@ def print_plan(a, runs):
 
 
 def run_waves(a, runs, sweep):
-    """Without --report-only: the plan printed, the music checked, every wave trained in turn (a run whose
-    pre-training diverged is skipped: the report lists it). Returns the runs."""
+    """Unless --report-only: print the plan, check the music, train each wave (not a diverged run's dependents)."""
     if a.report_only:
         return runs
     print_plan(a, runs)

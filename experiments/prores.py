@@ -51,10 +51,9 @@ PRESETS = {  # "quick": the entries --quick replaces
 # the breakdown's Post-LN baselines with a warm-up of 200 steps instead of 20: is its stall the warm-up's?
 PRESETS["warmup"] = dict(PRESETS["breakdown"], norms=["post"], warmup_frac=0.2, arms=["base"])
 FLAGS = [("seeds", int, "seeds 0..N-1 per condition"), ("iters", int, "steps per measurement run"),  # unset: the preset's
-         ("lr", str, "peak lr, or 'auto' (from the scan)"), ("depths", str, "comma-separated layer counts, or 'auto' "
-         "(from the scan)"), ("norms", str, f"comma-separated norm placements, from {', '.join(model.NORMS)}"),
-         ("stage", str, "train.py stage (tests: music-synthetic)"), ("train-args", str, "extra train.py flags for "
-         "every run, one string")]
+         ("lr", str, "peak lr, or 'auto' (from the scan)"), ("depths", str, "layer counts, or 'auto' (from the scan)"),
+         ("norms", str, f"norm placements, from {', '.join(model.NORMS)}"), ("stage", str, "train.py stage"),
+         ("train-args", str, "extra train.py flags for every run, one string")]
 MS_PER_LAYER_STEP, START_S = 7.0, 4.0  # CPU time of a 1-thread run of width 32 (2-core EPYC), +-30%
 
 

@@ -291,11 +291,10 @@ def plot_width(a, records, path):
 
 def plot_ablation(records, path):
     """Final perplexity per condition and width, bars with the seeds' std."""
-    plt = common.pyplot()
     conds = [c for c in ("random", "music", "ablation-attn", "ablation-mlp", "ablation-norm", "poetry", "ladder",
                          "ablation-embed") if widths_of(records, c)]
     widths = sorted({w for c in conds for w in widths_of(records, c)})
-    fig, ax = plt.subplots(figsize=(max(6, 0.72 * len(conds) * max(1, len(widths))), 4))
+    fig, ax = common.pyplot().subplots(figsize=(max(6, 0.72 * len(conds) * max(1, len(widths))), 4))
     bw, lows = 0.8 / max(1, len(widths)), []
     for k, w in enumerate(widths):
         ms = [mean_std(values(records, c, w, "ppl_final")) for c in conds]

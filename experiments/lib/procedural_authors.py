@@ -212,8 +212,7 @@ def plan(a):
 
 
 def reused(a, runs):
-    """{name: record} of the runs that --reuse DIR's report.json holds finished with the same flags (a run
-    from a pre-trained model: its pre-training's flags too), so a sweep split over sessions trains each once."""
+    """{name: record} of the runs --reuse DIR's report.json holds finished with the same flags (and pre-training)."""
     if not getattr(a, "reuse", None):
         return {}
     old = {r["name"]: r for r in common.reused_report(a.reuse)["runs"] if not r.get("diverged")}
