@@ -63,8 +63,7 @@ def choose_regime(records, sizes, rules, max_budget=None, fits=None):
         for u in sorted({r["U"] for r in ar if r["epochs"] == e}):
             mdlm = next((r for r in records if r["obj"] == "mdlm" and r["U"] == u), None)
             full = grid_budgets(u, max_budget) if max_budget else None
-            fit = None if fits is None or not full else \
-                (lambda kept, n, e=e, u=u, full=full: fits(e, u, kept, full[:n]))
+            fit = None if fits is None or not full else (lambda kept, n, e=e, u=u, f=full: fits(e, u, kept, f[:n]))
             cands.append(dict(epochs=e, U0=u, **candidate([r for r in ar if r["epochs"] == e and r["U"] == u],
                                                           mdlm, sizes, rules, len(full) if full else None, fit)))
     ok = [c for c in cands if c["ok"]]

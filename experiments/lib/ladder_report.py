@@ -96,9 +96,8 @@ def front_table(entries, preset=None):
     by, rows = {e["claim"]: e for e in entries}, []
     for n, title, paper, idx in (row for row in SIX if row[0] in ROWS.get(preset, (row[0],))):
         ours = [said(CLAIMS[i], by[CLAIMS[i].claim]) for i in idx]
-        verdict = combined_verdict([by[CLAIMS[i].claim]["verdict"] for i in idx])
         rows.append([n, title, paper, " ".join(f"({'abc'[k]}) {o}" for k, o in enumerate(ours)) if len(ours) > 1
-                     else ours[0], f"**{verdict}**"])
+                     else ours[0], f"**{combined_verdict([by[CLAIMS[i].claim]['verdict'] for i in idx])}**"])
     which = f"contributions {', '.join(map(str, ROWS[preset]))}" if preset in ROWS else "six contributions"
     head = ["#", "contribution", "paper", "ours: change of prose perplexity (test, n)", "verdict"]
     return {"title": f"The ladder paper's {which} beside its numbers" + TITLES.get(preset, "") +

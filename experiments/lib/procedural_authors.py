@@ -7,12 +7,13 @@ from pathlib import Path
 
 from experiments.lib import common
 
-# task -> their model and batch (each task file's lines 1-16): the d = 16 model, but for multiplication's larger one
+# task -> their model and batch (each task file's lines 1-16); multiplication alone uses a larger model
 # (task_multiplication.py:2-5, 15); sorting has no task file of theirs
-SMALL = dict(n_layer=2, n_head=4, n_embd=16, batch=1000)
-TASKS = {"haystack": dict(SMALL, context=100), "addition": dict(SMALL, context=40),
-         "reversed_addition": dict(SMALL, context=40),
-         "multiplication": dict(n_layer=4, n_head=8, n_embd=512, context=40, batch=64), "sorting": dict(SMALL, context=64)}
+TASKS = {"haystack": dict(n_layer=2, n_head=4, n_embd=16, context=100, batch=1000),
+         "addition": dict(n_layer=2, n_head=4, n_embd=16, context=40, batch=1000),
+         "reversed_addition": dict(n_layer=2, n_head=4, n_embd=16, context=40, batch=1000),
+         "multiplication": dict(n_layer=4, n_head=8, n_embd=512, context=40, batch=64),
+         "sorting": dict(n_layer=2, n_head=4, n_embd=16, context=64, batch=1000)}
 RECORDS = 250 * 40_000   # experiment_stream.py:283, train_steps * train_size records seen
 # AdamW (:25-26), 500 linear warm-up steps then cosine to 0 (:27, :33), untied head (:39), no dropout (:44)
 TASK_OPT = dict(lr=1e-3, warmup=500, weight_decay=0.001)
@@ -238,16 +239,15 @@ def kept_pretrained(a, pre, keep=True):
 def make_merges(a):
     """Attention, norms and positions from the first kind's model, MLP from the second's (transfer.merge_checkpoints),
     one per task architecture and pre-training seed; made again when a source model is newer (trained again)."""
+    import itertools
     import transfer
     from checkpoint import save_checkpoint
-    for seed in range(min(a.seeds, a.pretrain_seeds)):
-        for m in a.merges:
-            for task in a.tasks:
-                path, sources = merge_ckpt(a, m, task, seed), [pre_ckpt(a, k, task, seed) for k in m]
-                if all(Path(p).exists() for p in sources) and not (path.exists() and path.stat().st_mtime >= max(
-                        Path(p).stat().st_mtime for p in sources)):
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    save_checkpoint(path, transfer.merge_checkpoints({"attn": sources[0], "mlp": sources[1]}))
+    for seed, m, task in itertools.product(range(min(a.seeds, a.pretrain_seeds)), a.merges, a.tasks):
+        path, sources = merge_ckpt(a, m, task, seed), [pre_ckpt(a, k, task, seed) for k in m]
+        if all(Path(p).exists() for p in sources) and not (path.exists() and path.stat().st_mtime >= max(
+                Path(p).stat().st_mtime for p in sources)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_checkpoint(path, transfer.merge_checkpoints({"attn": sources[0], "mlp": sources[1]}))
 
 
 def run_all(a, sweep):

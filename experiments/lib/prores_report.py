@@ -295,10 +295,9 @@ def panels(n_rows, n_cols, name, out, draw, ylabels, logy=()):
 def depth_axis(ax, unigram_loss, depths, title):
     """A panel of final loss against depth: the unigram loss, log-spaced depth ticks, its legend and titles."""
     ax.axhline(unigram_loss, color="gray", ls=":", label="unigram")
-    ax.set(xscale="log", title=title, xlabel="layers")
+    ax.set(xscale="log", title=title, xlabel="layers", xticks=depths, xticklabels=[str(d) for d in depths])
     ax.minorticks_off()
     ax.legend(fontsize=7)
-    ax.set_xticks(depths, [str(d) for d in depths], minor=False)
 
 
 def plot(a, srecs, recs, depths):
