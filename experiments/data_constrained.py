@@ -1,8 +1,7 @@
 """
 Data-constrained pre-training (Xu et al., arXiv 2606.06888; github.com/yixinw-lab/dc_pretrain): many epochs over U
 unique tokens of music; AR with a tuned strong weight decay (wd) against the same + MIR (wd+mir) and masked diffusion
-(MDLM) on a grid of sizes x budgets; the laws of scaling.py fitted to it; the paper's claims
-(experiments/lib/data_constrained_claims.py) read by the one rule. PRESETS below hold each design.
+(MDLM) on a grid of sizes x budgets, scaling.py's laws fitted to it; the claims: lib/data_constrained_claims.py.
 
     python experiments/data_constrained.py --plan          # the phases, their runs, the estimated time
     python experiments/data_constrained.py [--quick]       # the default (--preset authors): hours [minutes]
@@ -16,9 +15,8 @@ U0 (the lowest mean loss is the size's strong decay); 2. the grid, sizes x budge
 final checkpoint on the whole validation split (evaluate.py; MDLM: its NLL bound), the report (lib/*_report.py).
 The authors' baseline (dcp/model.py:95, :135-149, :194; dcp/train4_diffusionauxiliary_impl.py:314-333): dropout 0.1
 on the attention output only, an untied decayed head, decays 0.4-3.2 (scripts/all5models_baseline.sh:21-25). MIR:
-lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept. Their MDLM: lr 2e-4 (scripts/ddc_72M_largewd.sh:17)
-where their AR from 257M up runs at 1e-3 (all5models_baseline.sh:23-25): ours at the AR lr x 0.2; 256 epochs (theirs
-500-800, ddc_72M_largewd.sh:14), at the smallest budget only (the cost).
+lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept. Their MDLM: lr 2e-4 (ddc_72M_largewd.sh:17), their AR
+from 257M up 1e-3 (all5models_baseline.sh:23-25): ours at AR lr x 0.2, 256 epochs (theirs 500-800, :14), smallest U.
 """
 
 import copy

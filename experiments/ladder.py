@@ -1,6 +1,6 @@
 """
-The ladder (arXiv 2604.21265, "Listen and Chant Before You Read"): music -> poetry -> prose against its controls.
-Random init and the controls over seeds and widths; the claims it tests: experiments/lib/ladder_claims.py.
+The ladder (arXiv 2604.21265, "Listen and Chant Before You Read"): music -> poetry -> prose, against random init.
+And against its other controls, over seeds and widths; the claims it tests: experiments/lib/ladder_claims.py.
 
     python experiments/ladder.py --plan            # the default's runs and their estimated time
     python experiments/ladder.py                   # the default (--preset contributions): the six contributions

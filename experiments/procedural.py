@@ -42,11 +42,12 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
      "TRANSFER full (default), attn or mlp; 'table': the paper's six claims (default: haystack: none, dyck, "
      "dyck-shuffled)"),
     ("seeds", POS, "seeds 0..N-1 (default 3)"), ("records", POS, "records seen a run (default 10,000,000)"),
-    ("eval-records", POS, "records between evaluations (default 500,000)"), ("task-test", POS, "test records a task"),
+    ("eval-records", POS, "records between evaluations (default 500,000)"),
+    ("task-test", POS, "test records a task (default 4000)"),
     ("pretrain-steps", POS, "pre-training steps (default: the stopping rule's cap 20,000 on d = 16, else 2,501)"),
     ("pretrain-rows", POS, "pre-training rows a step (default 64)"), ("pretrain-lr", common.positive_float,
      "pre-training lr, constant (default 3e-3 on d = 16)"), ("dyck-length", POS, "tokens a Dyck row (theirs 2,048; "
-     "shorter than the task's context: its positions fresh)", pa.DYCK_LENGTH),
+     "shorter than the task's context: its positions fresh; default 128)", pa.DYCK_LENGTH),
     ("data-seed", int, "procedural and task data (fixed across --seeds)", 0),
     ("pretrain-seeds", POS, "pre-trained models a kind; seed s starts from model s mod N (default 1)", 1)]
 
@@ -101,8 +102,7 @@ def print_plan(a, runs):
 
 def train(a, runs, sweep):
     """Without --report-only every run trained (pa.run_all); the pre-trained models kept in OUT/pretrained/."""
-    if not a.report_only:
-        pa.run_all(a, sweep)
+    a.report_only or pa.run_all(a, sweep)
     pa.kept_pretrained(a, [r for r in runs if r.meta["part"] == "pretrain"])
     return runs
 

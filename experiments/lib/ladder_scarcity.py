@@ -7,7 +7,7 @@ clearly below the control at its best."""
 
 import math
 
-from experiments.lib import common, ladder_report
+from experiments.lib import common
 from experiments.lib.claims import RULE, mean_std, read_all, table
 from experiments.lib.ladder_scarcity_claims import CLAIMS, CROSSOVER
 from experiments.lib.provenance import provenance_line
@@ -68,10 +68,11 @@ def render(a, recs, missing, out, provenance):
                       f"{said}.", "", regime, "", *(f"Missing: {m}" for m in missing[:20]),
                       "`curves.png`: prose validation perplexity against the step, each arm's mean over seeds.", ""])
     plot(recs, out / "curves.png")
-    return common.write_report(out, text, source=ladder_report.SOURCE, regime=regime, figures=["curves.png"],
-                               verdicts=entries, provenance=provenance, front_table={"title": "The ladder against "
-                               "prose repeated for as many steps, by unique prose tokens U", "lines": table(entries)},
-                               crossover=crossover, runs=recs, missing=missing, settings=common.settings_json(a))
+    return common.write_report(out, text, source={"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"},
+                               regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
+                               front_table={"title": "The ladder against prose repeated for as many steps, by unique "
+                                            "prose tokens U", "lines": table(entries)}, crossover=crossover, runs=recs,
+                               missing=missing, settings=common.settings_json(a))
 
 
 def plot(recs, path):

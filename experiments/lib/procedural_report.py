@@ -96,8 +96,8 @@ def floors(runs):
 
 
 def checks(runs, recs):
-    """report.json's `checks` and {claim: its note}: has each pre-trained model learnt its task (a kind's worst within
-    FLOOR_GAP of its data's entropy), and does each task's baseline leave room for a gain (token accuracy < CEILING)"""
+    """report.json's `checks` and {claim: its note}: each pre-trained model learnt its task (a kind's worst within
+    FLOOR_GAP of its data's entropy); each task's baseline leaves room for a gain (token accuracy < CEILING)."""
     gaps = [(r.get("condition", r.get("row")), x["val_loss"] - r["entropy"]) for r in runs if r["part"] == "pretrain"
             and r.get("entropy") is not None and not r.get("diverged") for x in (r, r.get("retrained") or r)]
     pre = {k: max(g for c, g in gaps if c == k) for k, _ in gaps}
