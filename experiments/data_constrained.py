@@ -1,8 +1,7 @@
 """
 Data-constrained pre-training (Xu et al., arXiv 2606.06888; github.com/yixinw-lab/dc_pretrain): many epochs over U
 unique tokens of music; AR with a tuned strong weight decay (wd) against the same + MIR (wd+mir) and masked diffusion
-(MDLM) on a grid of sizes x budgets; the laws of scaling.py fitted to it; the paper's claims
-(experiments/lib/data_constrained_claims.py) read by the one rule. PRESETS below hold each design.
+(MDLM) on a grid of sizes x budgets, scaling.py's laws fitted to it; the claims: lib/data_constrained_claims.py.
 
     python experiments/data_constrained.py --plan          # the phases, their runs, the estimated time
     python experiments/data_constrained.py [--quick]       # the default (--preset authors): hours [minutes]
@@ -11,15 +10,13 @@ unique tokens of music; AR with a tuned strong weight decay (wd) against the sam
     python experiments/data_constrained.py --reuse experiments/results/data_constrained  # train only what it lacks
 
 Phases (a run is train.py in OUT/runs/<name>: skipped when finished, resumed, or taken from --reuse DIR's report):
-0. (authors) the scan (lib/data_constrained_scan.py) chooses the sizes, budgets and epochs. 1. the decay sweep
-per size at U0: the lowest mean loss over its seeds is the size's strong decay. 2. the grid (grid_runs): sizes x
-budgets x methods (METHOD_RUN). 3-4. every final checkpoint on the whole validation split (MDLM: its NLL bound);
-evaluate.py; the report (lib/data_constrained_report.py): laws, multiplier, per-token gain, claims, PNGs.
+0. (authors) the scan (lib/data_constrained_scan.py) chooses sizes, budgets, epochs; 1. the decay sweep per size at
+U0 (the lowest mean loss is the size's strong decay); 2. the grid, sizes x budgets x methods (METHOD_RUN); 3-4. every
+final checkpoint on the whole validation split (evaluate.py; MDLM: its NLL bound), the report (lib/*_report.py).
 The authors' baseline (dcp/model.py:95, :135-149, :194; dcp/train4_diffusionauxiliary_impl.py:314-333): dropout 0.1
 on the attention output only, an untied decayed head, decays 0.4-3.2 (scripts/all5models_baseline.sh:21-25). MIR:
-lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept. Their MDLM: lr 2e-4 (scripts/ddc_72M_largewd.sh:17)
-where their AR from 257M up runs at 1e-3 (all5models_baseline.sh:23-25): ours at the AR lr x 0.2; 256 epochs (theirs
-500-800, ddc_72M_largewd.sh:14), at the smallest budget only (the cost).
+lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept. Their MDLM: lr 2e-4 (ddc_72M_largewd.sh:17), their AR
+from 257M up 1e-3 (all5models_baseline.sh:23-25): ours at AR lr x 0.2, 256 epochs (theirs 500-800, :14), smallest U.
 """
 
 import copy
@@ -34,10 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 import torch  # noqa: E402
 
 from batches import keep_unique_tokens, load_corpus  # noqa: E402
-from data.common import UserError  # noqa: E402
 from experiments.lib import data_constrained_report as rep, data_constrained_scan as sc  # noqa: E402
-from experiments.lib.common import (Run, experiment_main, group, is_finished, kept_records, main_guard,  # noqa: E402
-                                    pace_line, read_summary, reused_report, sweep_parser)
+from experiments.lib.common import (Run, UserError, experiment_main, group, is_finished, kept_records,  # noqa: E402
+                                    main_guard, pace_line, read_summary, reused_report, sweep_parser)
 from evaluate import evaluate_run, evaluate_runs  # noqa: E402
 from flags import parse_args as train_parse_args  # noqa: E402
 
@@ -189,8 +185,7 @@ def grid_hours(a, epochs, sizes, budgets):
     b = copy.copy(a)
     b.sizes, b.epochs, b.budgets = [s for s in a.scan_sizes if s[0] in sizes], epochs, list(budgets)
     b.methods, b.seeds_small_u = [m for m in a.methods if METHOD_RUN[m][0] != "mdlm"], None
-    middle = {s[0]: (b.decays[len(b.decays) // 2], b.lrs[0]) for s in b.sizes}
-    return seconds_of(b, unique(sweep_runs(b) + grid_runs(b, middle))) / 2 / 3600
+    return seconds_of(b, unique(sweep_runs(b) + grid_runs(b, None))) / 2 / 3600
 
 
 def sweep_runs(a):
@@ -211,6 +206,7 @@ def pick_strong(a, sweep):
 
 def grid_runs(a, strong):
     """Every (method, size, U, seed) run of the grid; a configuration two methods ask for is one Run under each."""
+    strong = strong or {s[0]: (a.decays[len(a.decays) // 2], a.lrs[0]) for s in a.sizes}  # None: placeholders
     mdlm_us = a.budgets[:a.mdlm_budgets] if a.mdlm_budgets else a.budgets
     decay = lambda m, size: (a.mdlm_strong_decay if m == "mdlm-strong" and a.mdlm_strong_decay else  # noqa: E731
                              strong[size][0] if METHOD_RUN[m][1] == "strong" else a.weak_decay)
@@ -223,8 +219,7 @@ def grid_runs(a, strong):
 
 
 def check_budgets(a):
-    """A budget larger than the corpus is a one-line error before anything is trained; the scan's max_budget (an upper
-    bound, not a budget) is lowered to the corpus's whole training set, so its grid stops there."""
+    """A budget beyond the corpus is a one-line error before any training; the scan's max_budget is lowered to it."""
     corpus = load_corpus(a.stage, train_parse_args(["--stages", a.stage, "--block-size", str(a.block_size)]
                                                    + a.train_args.split()))
     for U in a.budgets + (a.scan_budgets if a.scan else []):
@@ -270,8 +265,7 @@ def plan(a):
     if not a.scan or phase("phase 0, scan", scan_runs(a)):
         choose(a, seen) if a.scan else None
         strong = pick_strong(a, sweep) if phase("phase 1, decay sweep", sweep := sweep_runs(a)) else {0: None}
-        phase("phase 2, grid", grid_runs(a, strong if None not in strong.values() else {
-            s[0]: (a.decays[len(a.decays) // 2], a.lrs[0]) for s in a.sizes}))
+        phase("phase 2, grid", grid_runs(a, None if None in strong.values() else strong))
     else:
         lines.append(f"phases 1-2, the sweep and grid the scan chooses: at most ~{a.grid_hours:g} h (grid_hours)")
     lines.append("(STEP_MS, measured on a 2-core AMD EPYC, +-50%; plus minutes of evaluation and fits)")
@@ -300,8 +294,7 @@ def train_phase(a, train, runs, title):
 
 
 def train_and_collect(a, _, train):
-    """Phases 0-3 (train: nothing with --report-only); returns how to read the records of phase 4 once the invocation
-    is recorded (with --report-only and no finished run, the ones OUT/report.json keeps)."""
+    """Phases 0-3 (train: nothing with --report-only); returns how to read phase 4's records, once it is recorded."""
     if a.report_only and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
         return lambda: kept_records(a.out, rep.RECORD_KEYS, "drop --report-only")
     check_budgets(a)

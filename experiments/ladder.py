@@ -1,6 +1,6 @@
 """
-The ladder (arXiv 2604.21265, "Listen and Chant Before You Read"): music -> poetry -> prose against random
-init and its controls, over seeds and widths; the claims it tests: experiments/lib/ladder_claims.py.
+The ladder (arXiv 2604.21265, "Listen and Chant Before You Read"): music -> poetry -> prose, against random init.
+And against its other controls, over seeds and widths; the claims it tests: experiments/lib/ladder_claims.py.
 
     python experiments/ladder.py --plan            # the default's runs and their estimated time
     python experiments/ladder.py                   # the default (--preset contributions): the six contributions
@@ -14,11 +14,10 @@ init and its controls, over seeds and widths; the claims it tests: experiments/l
     python experiments/ladder.py --report-only --out experiments/results/ladder   # rebuild from report.json
 
 Each pre-training stage is a train.py run once per (width, seed), each prose stage a run from it (--init-from; one
-music run of 3N chunks serves music, volume-large, the ablations and the ladder's poetry), in waves (common.run_sweep,
-finished runs skipped); a prose run is stage 0 of its own run (at one seed every condition sees the same batches),
-evaluated each epoch. Budgets (PRESETS): prose = the first --prose-tokens for --prose-epochs epochs; music on N or 3N
---music-chunks (the paper's 12k : 36k); compute-matched = prose for the whole ladder's steps; the long pair until
---patience epochs bring no new best (at most --long-epochs), its ppl_final the best."""
+music run of 3N chunks serves music, volume-large, the ablations and the ladder's poetry), in waves (finished runs
+skipped); a prose run is stage 0 of its own run (at one seed every condition sees the same batches), evaluated each
+epoch (FLAGS: the budgets); compute-matched trains prose for the whole ladder's steps, the long pair until --patience
+epochs bring no new best (at most --long-epochs), its ppl_final the best."""
 
 import math
 import os
@@ -29,13 +28,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
-from flags import ArgumentParser, parse_args as train_flags  # noqa: E402 (one-line errors, like train.py)
+from flags import parse_args as train_flags  # noqa: E402
 
 from checkpoint import stage_file  # noqa: E402
-from data.common import UserError  # noqa: E402
 from experiments.lib import common, ladder_music, ladder_report, ladder_scarcity  # noqa: E402
 from experiments.lib.ladder_headline_claims import HEADLINE_ARMS, HEADLINE_SEEDS  # noqa: E402
-from experiments.lib.common import Run  # noqa: E402
+from experiments.lib.common import Run, UserError  # noqa: E402
 
 # condition -> (pre-training run key or None, prose run key, --transfer of the prose run, prose budget)
 CONDITIONS = {
@@ -56,7 +54,6 @@ CONDITIONS = {
     "long-random": (None, "long-random", None, "long"),          # the long pair: prose to a plateau
     "long-ladder": ("ladder", "long-ladder", None, "long"),
 }
-BASELINE = {"long-random": "long-random", "long-ladder": "long-random"}  # every other one: random
 PRETRAIN = {  # pre-training run key -> (stage flag, music chunks in units of N or None, --init-from key, steps flag)
     "musicL": ("music_stage", 3, None, "music_steps"), "musicS": ("music_stage", 1, None, "music_steps"),
     "synthL": ("synthetic_stage", 3, None, "music_steps"), "synthS": ("synthetic_stage", 1, None, "music_steps"),
@@ -104,8 +101,7 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
     ("music-chunks", POS, "N: volume-small N chunks, every other music stage 3N"), ("long-width", POS, ""),
     ("long-epochs", POS, "most prose epochs of the long pair"), ("patience", POS, "the long pair's --patience"),
     ("min-delta", float, "the long pair's --min-delta: an epoch improves only by more than this (nats)"),
-    ("long-schedule", str, "the long pair's lr schedule: cosine (decays over --long-epochs, so the loss falls to the "
-     "cap) or constant (after the warmup: a plateau at one lr, which --patience can see)"),
+    ("long-schedule", str, "the long pair's lr: cosine (over --long-epochs) or constant (a plateau --patience sees)"),
     ("eval-iters", POS, "batches per prose evaluation"), ("pre-eval-iters", POS, "batches of a pre-training eval"),
     ("batch-size", POS, ""), ("block-size", POS, ""), ("n-layer", POS, ""), ("n-head", POS, ""), ("lr", float, ""),
     ("warmup-iters", int, ""), ("prose", str, "train.py --prose: wiki-leads, wikitext2, wikitext103"),
@@ -117,12 +113,8 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
 
 
 def parse_args(argv=None):
-    p = ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    common.add_sweep_args(p, "out/ladder")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="contributions", help="PRESETS (default contributions;"
-                   " full: every condition, d 16/32/64, 5 seeds; paper: the paper's scale for a GPU)")
-    for flag, kind, what, *default in FLAGS:
-        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what or f"train.py --{flag}")
+    p = common.sweep_parser(__doc__, "out/ladder", FLAGS, choices=sorted(PRESETS), default="contributions",
+                            help="PRESETS, as the docstring of experiments/ladder.py says (default contributions)")
     a = p.parse_args(argv)
     preset = {**SETTINGS, **PRESETS[a.preset], **(QUICK if a.quick else {})}
     vars(a).update({k: v for k, v in preset.items() if getattr(a, k, None) is None})
@@ -136,7 +128,7 @@ def parse_args(argv=None):
     names = list(CONDITIONS) if a.conditions == "all" else [c.strip() for c in a.conditions.split(",") if c.strip()]
     if set(names) - set(CONDITIONS):
         p.error(f"unknown condition(s) {sorted(set(names) - set(CONDITIONS))}; choose from: {', '.join(CONDITIONS)}")
-    names += [BASELINE.get(c, "random") for c in names]  # every condition is compared with its baseline
+    names += [ladder_report.baseline(c) for c in names]  # every condition is compared with its baseline
     a.conditions = [c for c in CONDITIONS if c in names]
     try:
         a.widths = [int(w) for w in str(a.widths).split(",")]
@@ -248,10 +240,9 @@ def plan(a):
             chain(a, c, w, s)[:-1 if (c, w, s) in a._reused else None] for c, w, s in cells(a)):  # (reused: no prose)
         for r in runs_of_a_cell:
             r.meta.setdefault("wave", 1 + (runs[r.meta["deps"][0]].meta["wave"] if r.meta["deps"] else 0))
+            r.meta["cpu_s"] = cpu_seconds(a, r.meta["kind"], r.meta["width"], r.meta["steps"],
+                                          r.meta["evals"] * r.meta["eval_iters"])
             runs.setdefault(r.name, r)
-    for r in runs.values():
-        r.meta["cpu_s"] = cpu_seconds(a, r.meta["kind"], r.meta["width"], r.meta["steps"],
-                                      r.meta["evals"] * r.meta["eval_iters"])
     return runs
 
 
@@ -298,16 +289,14 @@ def print_plan(a, runs):
 
 
 def run_waves(a, runs, sweep):
-    """Without --report-only: the plan printed, the music checked, every wave trained in turn (a run whose
-    pre-training diverged is skipped: the report lists it). Returns the runs."""
+    """Unless --report-only: print the plan, check the music, train each wave (not a diverged run's dependents)."""
     if a.report_only:
         return runs
     print_plan(a, runs)
     ladder_music.check_music_chunks(a, runs)
-    waves = sorted({r.meta["wave"] for r in runs.values()})
-    for wave in waves:
-        rs = sorted((r for r in runs.values() if r.meta["wave"] == wave), key=lambda r: (r.meta.get("order", 0),
-                                                                                        -r.meta["cpu_s"]))
+    waves = common.group(sorted(runs.values(), key=lambda r: (r.meta["wave"], r.meta.get("order", 0),
+                                                              -r.meta["cpu_s"])), lambda r: r.meta["wave"])
+    for wave, rs in waves.items():
         ok = [r for r in rs if not any((a.out / "runs" / d / "diverged.json").exists() for d in r.meta["deps"])]
         print(f"\n== wave {wave}/{len(waves)}: {len(ok)} runs ({len(rs) - len(ok)} skipped: pre-training diverged)")
         sweep(ok)
@@ -374,8 +363,7 @@ def main(argv=None):
     common.experiment_main(parse_args(argv), argv, plan=plan, show_plan=print_plan, train=run_waves,
                            rebuild=ladder_report.rebuild, render=lambda a, runs, prov: (
         ladder_report.render_headline(a, *ladder_report.headline_records(a, runs), a.out, prov)
-        if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out, prov,
-                                                              ladder_report.kept_settings(a))
+        if a.preset == "headline" else ladder_scarcity.render(a, *ladder_scarcity.records(a, runs), a.out, prov)
         if a.preset == "scarcity" else ladder_report.render(a, *collect(a, runs), a.out, prov)),
         wrote="\n{text}\nwrote {out}/report.md, report.json, details.json, the PNGs ({s:.0f} s)")
 

@@ -5,20 +5,14 @@ Jiang, Shinnick et al., arXiv 2601.21725 (Dyck pre-training lifts HAYSTACK from 
     python experiments/procedural.py --plan           # the runs and an estimate; trains nothing
     python experiments/procedural.py --quick          # a smoke version (5 tiny runs, a minute or two)
     python experiments/procedural.py                  # the default: HAYSTACK at the authors' budget
-    python experiments/procedural.py --report-only    # report.md/json and the PNGs from finished runs
     python experiments/procedural.py --report-only --out experiments/results/procedural   # from report.json
 
-The diagnostics as the authors run them (experiments/lib/procedural_authors.py: each setting, its line in
-their code, each difference): stream:NAME tasks, their model per task, their budget of 10,000,000 records seen;
-a pre-training run per kind on the task's architecture, transferred whole or attention / MLP alone.
-The default: HAYSTACK after no pre-training, Dyck and shuffled Dyck, 3 seeds; the accuracy curve every
-500,000 records. `--cells table`: the paper's six claims (TABLE), each cell with its own baseline (the
-report in experiments/results/procedural); --cells makes any other (multiplication: their 4-layer d = 512
-model at batch 64).
-
-Runs live in OUT/runs/<name>/ (a finished run is skipped, an interrupted one resumed); OUT/pretrained/ keeps the
-pre-trained models for --reuse. Claims and report: lib/procedural_claims.py, lib/procedural_report.py. The table
-preset of experiments/results/procedural-table is no longer run; --report-only rebuilds it.
+The diagnostics as the authors run them (lib/procedural_authors.py: each setting, its line in their code, each
+difference): stream:NAME tasks, their model per task, their budget of 10,000,000 records seen; a pre-training run
+per kind on the task's architecture, transferred whole or attention / MLP alone. The default: HAYSTACK after no
+pre-training, Dyck and shuffled Dyck, 3 seeds; `--cells table`: the paper's six claims (TABLE), each cell with its
+own baseline; --cells makes any other. OUT/pretrained/ keeps the pre-trained models for --reuse; --report-only
+rebuilds experiments/results/procedural-table (a preset no longer run). Claims and report: lib/procedural_*.py.
 """
 
 import sys
@@ -44,19 +38,18 @@ RATE = {"pretrain": 53_000, "task": 380_000}
 POS = common.positive_int
 FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take the preset's (PRESETS)
     ("cells", str, "the runs, TASK:ROW[:TRANSFER],...: ROW none (the task's baseline), a kind, KIND-shuffled (its "
-     "control) or attn-KIND+mlp-KIND (attention, norms and positions from one kind's model, MLP from the other's); "
-     "TRANSFER full (default), attn or mlp. 'table': the paper's six claims (TABLE). Default haystack:none,"
-     "haystack:dyck,haystack:dyck-shuffled"), ("seeds", POS, "seeds 0..N-1 of every run (default 3; quick 1)"),
-    ("records", POS, "records seen per diagnostic run (default 10,000,000: their 10,000 steps of 1,000; quick 30,000)"),
-    ("eval-records", POS, "records between evaluations, the points of the accuracy curve (default 500,000; quick "
-     "10,000)"), ("task-test", POS, "test records per task (default 4000; quick 1000)"),
-    ("pretrain-steps", POS, "pre-training steps (default: on the d = 16 model a cap of 20,000 for the stopping rule, "
-     "else their yaml's 2,501; quick 20)"), ("pretrain-rows", POS, "pre-training rows per step (default 64 of their "
-     "scripts; quick 32)"), ("pretrain-lr", common.positive_float, "pre-training lr, constant (default 3e-3 for the "
-     "d = 16 models)"), ("dyck-length", POS, "tokens per Dyck row (default 128; theirs 2,048); a context shorter than "
-     "the task's leaves the task model's positions fresh, as theirs", pa.DYCK_LENGTH),
-    ("data-seed", int, "procedural and task data (fixed across --seeds)", 0), ("pretrain-seeds", POS, "pre-trained "
-     "models per kind; diagnostic seed s starts from model s mod N (default 1: one per kind, as the authors)", 1)]
+     "control) or attn-KIND+mlp-KIND (attention, norms, positions from one kind's model, MLP from the other's); "
+     "TRANSFER full (default), attn or mlp; 'table': the paper's six claims (default: haystack: none, dyck, "
+     "dyck-shuffled)"),
+    ("seeds", POS, "seeds 0..N-1 (default 3)"), ("records", POS, "records seen a run (default 10,000,000)"),
+    ("eval-records", POS, "records between evaluations (default 500,000)"),
+    ("task-test", POS, "test records a task (default 4000)"),
+    ("pretrain-steps", POS, "pre-training steps (default: the stopping rule's cap 20,000 on d = 16, else 2,501)"),
+    ("pretrain-rows", POS, "pre-training rows a step (default 64)"), ("pretrain-lr", common.positive_float,
+     "pre-training lr, constant (default 3e-3 on d = 16)"), ("dyck-length", POS, "tokens a Dyck row (theirs 2,048; "
+     "shorter than the task's context: its positions fresh; default 128)", pa.DYCK_LENGTH),
+    ("data-seed", int, "procedural and task data (fixed across --seeds)", 0),
+    ("pretrain-seeds", POS, "pre-trained models a kind; seed s starts from model s mod N (default 1)", 1)]
 
 
 def parse_args(argv=None):
@@ -71,11 +64,6 @@ def parse_args(argv=None):
     a.controls = pick(lambda t, r, m: [pa.base_kind(r)] if r.endswith(pa.SHUFFLED) else [])
     a.out = Path(a.out or ("out/procedural-quick" if a.quick else "out/procedural"))
     a.reuse and common.reused_report(a.reuse)  # a one-line error where DIR holds no report.json
-    check(a)
-    return a
-
-
-def check(a):
     from data import procedural
     if m := next((m for m in a.merges if len(m) != 2), None):
         raise UserError(f"--cells: a merge row is attn-KIND+mlp-KIND, e.g. attn-dyck+mlp-set, not attn-{'+mlp-'.join(m)}")
@@ -89,6 +77,7 @@ def check(a):
                             "transfer, a kind's row with full, attn or mlp")
     if a.dyck_length % 2 and any(k.startswith("dyck") for k in pa.rows(a)[1:]):
         raise UserError(f"--dyck-length must be even (a balanced Dyck row), got {a.dyck_length}")
+    return a
 
 
 def estimate(run):
@@ -113,8 +102,7 @@ def print_plan(a, runs):
 
 def train(a, runs, sweep):
     """Without --report-only every run trained (pa.run_all); the pre-trained models kept in OUT/pretrained/."""
-    if not a.report_only:
-        pa.run_all(a, sweep)
+    a.report_only or pa.run_all(a, sweep)
     pa.kept_pretrained(a, [r for r in runs if r.meta["part"] == "pretrain"])
     return runs
 

@@ -14,10 +14,9 @@ Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alph
 Presets (PRESETS below; --set KEY=VALUE changes any entry) are every setting of every run: each placement in
 --norms, baseline and + ProRes (`arms`), at each depth, seeds 0..N-1 (a seed's arms share initial weights and
 batches: paired); ProRes' ramp as lib/prores_runs.prores_T (the authors' T L = 48k of 100k steps at 48-96 layers).
-Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540), DeepNet's for
-the DeepNorm baseline (lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2%
-warm-up and a linear decay to 0 over the last 10% (training_utils.py:75-110); `music` keeps compute in depth,
-not in a large LM head. Claims: lib/prores_claims.py; report: lib/prores_report.py; runs: lib/prores_runs.py.
+Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540; DeepNorm's baseline:
+lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2% warm-up and a linear decay to 0
+over the last 10% (training_utils.py:75-110); `music`: compute in depth, not in an LM head. Claims etc: lib/prores_*.py.
 """
 
 import argparse
@@ -27,11 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
-from data.common import UserError  # noqa: E402
 from experiments.lib import prores_report as rep  # noqa: E402
-from experiments.lib.provenance import inherit_invocations  # noqa: E402
-from experiments.lib.common import (experiment_main, is_finished, kept_records, main_guard, pace_line,  # noqa: E402
-                                    reused_report, sweep_parser)
+from experiments.lib.common import (UserError, experiment_main, inherit_invocations, is_finished,  # noqa: E402
+                                    kept_records, main_guard, pace_line, reused_report, sweep_parser)
 from experiments.lib.prores_runs import ARMS, measure_runs, scan_runs, train_argv  # noqa: E402
 import model  # noqa: E402
 
@@ -40,26 +37,23 @@ COMMON = dict(stage="music", n_embd=32, n_head=4, batch_size=16, block_size=64, 
               eval_iters=10, spike_window=20, loss_spike_pct=10.0, loss_spike_mads=None, grad_spike_x=3.0,
               stuck_margin=0.1, margin=0.1, auto_min_lr=2e-3, scan=False, scan_lrs=[1e-3, 2e-3, 4e-3, 8e-3],
               scan_depths=[8, 24, 48, 96], scan_norms=["pre", "post"], scan_iters=0, arms=["base", "prores"], train_args=[])
+QUICK = dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2)
 PRESETS = {  # "quick": the entries --quick replaces
     "breakdown": dict(COMMON, lr=4e-3, depths=[8, 48, 96], norms=["pre", "post"], iters=1000, seeds=3, evals=10,
-                      quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
+                      quick=QUICK),
     "depth": dict(COMMON, scan=True, lr="auto", depths="auto", iters=200,
                   norms=["pre", "post", "sandwich", "deepnorm", "lns-init"], seeds=3, evals=4,
                   quick=dict(iters=60, scan_lrs=[2e-3, 8e-3], scan_depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
     # the paper's steps a layer (T >= 100; theirs 500-1,000) and a run long enough to end flat after the ramp; a
     # 1,024-token batch's loss alone moves > 10% a step, so a loss spike is counted above the run's own noise
     "pilot": dict(COMMON, lr=8e-3, depths=[8, 48], norms=["pre", "post"], iters=10_000, seeds=3, evals=40,
-                  prores_T=100, loss_spike_mads=6.0,
-                  quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2, prores_T=2)),
-    # the breakdown's Post-LN baselines with a warm-up of 200 steps instead of 20: is its stall the warm-up's?
-    "warmup": dict(COMMON, lr=4e-3, depths=[8, 48, 96], norms=["post"], iters=1000, seeds=3, evals=10,
-                   warmup_frac=0.2, arms=["base"], quick=dict(iters=60, depths=[4, 16], seeds=1, eval_iters=4, evals=2)),
-}
+                  prores_T=100, loss_spike_mads=6.0, quick=dict(QUICK, prores_T=2))}
+# the breakdown's Post-LN baselines with a warm-up of 200 steps instead of 20: is its stall the warm-up's?
+PRESETS["warmup"] = dict(PRESETS["breakdown"], norms=["post"], warmup_frac=0.2, arms=["base"])
 FLAGS = [("seeds", int, "seeds 0..N-1 per condition"), ("iters", int, "steps per measurement run"),  # unset: the preset's
-         ("lr", str, "peak lr, or 'auto' (from the scan)"), ("depths", str, "comma-separated layer counts, or 'auto' "
-         "(from the scan)"), ("norms", str, f"comma-separated norm placements, from {', '.join(model.NORMS)}"),
-         ("stage", str, "train.py stage (tests: music-synthetic)"), ("train-args", str, "extra train.py flags for "
-         "every run, one string")]
+         ("lr", str, "peak lr, or 'auto' (from the scan)"), ("depths", str, "layer counts, or 'auto' (from the scan)"),
+         ("norms", str, f"norm placements, from {', '.join(model.NORMS)}"), ("stage", str, "train.py stage"),
+         ("train-args", str, "extra train.py flags for every run, one string")]
 MS_PER_LAYER_STEP, START_S = 7.0, 4.0  # CPU time of a 1-thread run of width 32 (2-core EPYC), +-30%
 
 
@@ -105,12 +99,11 @@ def parse_args(argv=None):
 
 
 def choose(a, scan):
-    """(lr*, [L*], lines) from the scan's records: the smallest lr >= auto_min_lr where a baseline degrades with
-    depth (final val loss more than `margin` above its own at the shallowest depth, or failed: diverged, or within
-    stuck_margin of the unigram loss); measured at the shallowest depth and each baseline's first in trouble."""
+    """(lr*, [L*], lines) from the scan: the smallest lr >= auto_min_lr where a baseline degrades with depth (final val
+    loss `margin` above its own at the shallowest depth, or failed); L*: each baseline's first depth in trouble."""
     by, L0, lines = {(r["norm"], r["lr"], r["depth"]): r for r in scan}, a.scan_depths[0], []
     for lr in [x for x in a.scan_lrs if x >= a.auto_min_lr - 1e-12]:
-        hits = []
+        hits = set()
         for norm in a.scan_norms:
             ref, name = by.get((norm, lr, L0)), f"lr {lr:g}, {rep.label(norm, False)}"
             if ref is None or ref["failed"]:
@@ -120,15 +113,14 @@ def choose(a, scan):
             trouble = next((r for r in (by.get((norm, lr, d)) for d in a.scan_depths[1:]) if r and (
                 r["failed"] or r["val_loss"] > ref["val_loss"] + a.margin)), None)
             if trouble:
-                hits.append(trouble["depth"])
+                hits.add(trouble["depth"])
                 lines.append(f"{name}: {ref['val_loss']:.3f} at L={L0}, " + (
                     "failed" if trouble["failed"] else f"{trouble['val_loss']:.3f}") +
                     f" at L={trouble['depth']} (seed 0; margin {a.margin:g})")
             else:
                 lines.append(f"{name}: no depth above L={L0}'s loss by more than the {a.margin:g} margin")
         if hits:
-            hits = sorted(set(hits))
-            return lr, hits, lines + [f"chosen: lr* = {lr:g}, L* = {', '.join(map(str, hits))}"]
+            return lr, sorted(hits), lines + [f"chosen: lr* = {lr:g}, L* = {', '.join(map(str, sorted(hits)))}"]
     return max(a.scan_lrs), [a.scan_depths[-1]], lines + [
         f"no baseline in trouble with depth at any lr >= {a.auto_min_lr:g}: the largest scan lr and depth"]
 
@@ -175,9 +167,8 @@ def plan(a):
 
 
 def train(a, _, sweep):
-    """The scan trained, the measurement point it picks, its runs trained but those --reuse takes (nothing trained with
-    --report-only); returns how to read the records once the invocation is recorded: from the runs, else with
-    --report-only, no --reuse and no finished run, the ones OUT/report.json keeps."""
+    """The scan, the measurement point it picks and its runs trained but those --reuse takes (none with --report-only);
+    returns how to read the records once the invocation is recorded (no finished run: OUT/report.json's)."""
     if a.report_only and not a.reuse and not any(is_finished(f) for f in (a.out / "runs").glob("*")):
         return lambda: kept_records(a.out, rep.RECORD_KEYS, "run without --report-only first")
     scan = scan_runs(a) if a.scan else []

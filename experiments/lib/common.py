@@ -1,13 +1,7 @@
 """
-What every experiment script shares: a sweep of train.py runs (each in its own folder, skipped when finished,
-resumed when interrupted, several at once), reading their results back, writing reports.
-
-    runs = [Run("ladder-d32-s0", out / "runs" / "ladder-d32-s0", ["--stages", "music,prose", ...]), ...]
-    run_sweep(runs, jobs=2)              # two runs at a time, one thread each
-    s = read_summary(runs[0].folder)     # summary.json, or None if it has not finished
-
-Each job is a fresh Python process (spawn), so runs never share state; a run's output goes to
-<folder>/log.txt when jobs > 1 (`python bench.py --jobs`: why two 1-thread runs beat one 2-thread run).
+What every experiment script shares: its flags and main(), a sweep of train.py runs (each in its own folder, skipped
+when finished, resumed when interrupted, --jobs at a time, each a fresh spawned process that logs to <folder>/log.txt:
+`python bench.py --jobs` says why two 1-thread runs beat one 2-thread run), reading their results back, the reports.
 """
 
 import argparse
@@ -23,9 +17,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")  # how a report is made, not its results
-sys.path.insert(0, str(ROOT))  # the repo root: train, model, data
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: train, model, data
 
 import train  # noqa: E402
 from checkpoint import read_summary  # noqa: E402,F401 (the experiments read it from here)
@@ -42,34 +35,24 @@ class Run:
     meta: dict = field(default_factory=dict)  # the experiment's own labels (condition, width, seed...)
 
 
-def add_sweep_args(p, default_out):
-    """The flags every experiment script has."""
+def sweep_parser(doc, default_out, flags=(), **preset):
+    """An experiment script's parser: its docstring's first line, the flags every script has, --preset (preset: its
+    options) and FLAGS, (flag, type, help[, default]): unset, the preset's value; no help: train.py's flag's."""
+    from flags import ArgumentParser  # one-line errors, like train.py
+    p = ArgumentParser(description=doc.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
     p.add_argument("--out", type=lambda v: own_out(writable_folder(v), Path(default_out).name), default=None,
                    help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
-    p.add_argument("--jobs", type=positive_int, default=2,
-                   help="runs at a time, each with --threads threads (default 2: on 2 cores two 1-thread runs "
-                        "finish a sweep of small models sooner than one 2-thread run at a time)")
-    p.add_argument("--threads", type=int, default=0, choices=range(0, 257), metavar="N",
-                   help="threads per run (0: cores / jobs)")
+    p.add_argument("--jobs", type=positive_int, default=2, help="runs at a time, --threads each (default 2)")
+    p.add_argument("--threads", type=int, default=0, choices=range(257), metavar="N", help="per run (0: cores/jobs)")
     p.add_argument("--plan", action="store_true", help="print the runs and an estimate of their time; train nothing")
-    p.add_argument("--reuse", metavar="DIR", help="take the results DIR/report.json holds, made with the same flags, "
-                   "instead of training them (a sweep split over sessions: --reuse experiments/results/<name>)")
+    p.add_argument("--reuse", metavar="DIR", help="take the runs DIR/report.json holds (same flags), not train them")
     p.add_argument("--report-only", action="store_true",
-                   help="no training: rebuild the report from the finished runs in OUT/runs, or, where there are "
-                        "none, from OUT/report.json (the committed results: --out experiments/results/<name>)")
-
-
-def sweep_parser(doc, default_out, flags=(), **preset):
-    """An experiment script's parser: its docstring's first line (the layout kept), the flags of add_sweep_args, --preset
-    (preset: its options) and FLAGS, (flag, type, help[, default]): unset (None) flags take the preset's values."""
-    from flags import ArgumentParser  # one-line errors, like train.py
-    p = ArgumentParser(description=doc.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_sweep_args(p, default_out)
+                   help="no training: the report from the finished runs in OUT/runs, else from OUT/report.json")
     if preset:
         p.add_argument("--preset", **preset)
     for flag, kind, what, *default in flags:
-        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what)
+        p.add_argument(f"--{flag}", type=kind, default=(default + [None])[0], help=what or f"train.py --{flag}")
     return p
 
 
@@ -91,8 +74,7 @@ def reused_report(folder):
 
 
 def kept_records(out, keys, fix=None):
-    """The records a rebuild reads: the `keys` of OUT/report.json (None for one it lacks); where there is no such
-    file, None, or with `fix` a one-line error that ends in it."""
+    """OUT/report.json's `keys` (None for one it lacks) for a rebuild; without it None, or with `fix` an error."""
     if (path := Path(out) / "report.json").exists():
         return {k: rep.get(k) for rep in [json.loads(path.read_text())] for k in keys}
     if fix:
@@ -104,8 +86,7 @@ def is_finished(folder):
 
 
 def pace_line(runs, estimate, todo_s, jobs):
-    """The plans' estimate measured on this machine: the finished runs' seconds against estimate(run),
-    and the todo_s CPU seconds still to run scaled by that ratio; '' before any run finished."""
+    """The plan measured here: the finished runs' seconds / estimate(run), todo_s at that pace ('' before any)."""
     done = [r for r in runs if (Path(r.folder) / "summary.json").exists()]
     measured, est = sum(read_summary(r.folder)["seconds"] for r in done), sum(estimate(r) for r in done)
     if not done or est <= 0:
@@ -128,25 +109,18 @@ def _run_one(argv, folder, threads, quiet):
     """Train one run (in this process or a worker); a divergence is a finding, written down."""
     import torch
     torch.set_num_threads(threads)
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder := Path(folder)).mkdir(parents=True, exist_ok=True)
     full = list(argv) + ["--out", str(folder), "--resume", "--threads", str(threads), "--no-plot"] + \
         (["--no-progress"] if quiet else [])
     t0 = time.time()
-    log = open(folder / "log.txt", "a") if quiet else None
-    old = sys.stdout, sys.stderr
-    try:
-        if log:
-            sys.stdout = sys.stderr = log
-        train.run(train.parse_args(full))
-        status = "done"
-    except train.TrainingDiverged as e:
-        atomic_write_bytes(folder / "diverged.json", json.dumps({"error": str(e), "argv": full}).encode())
-        status = f"diverged: {e}"
-    finally:
-        sys.stdout, sys.stderr = old
-        if log:
-            log.close()
+    with open(folder / "log.txt", "a") if quiet else contextlib.nullcontext() as log, \
+            contextlib.redirect_stdout(log or sys.stdout), contextlib.redirect_stderr(log or sys.stderr):
+        try:
+            train.run(train.parse_args(full))
+            status = "done"
+        except train.TrainingDiverged as e:
+            atomic_write_bytes(folder / "diverged.json", json.dumps({"error": str(e), "argv": full}).encode())
+            status = f"diverged: {e}"
     # only needed to resume: a run that ended (done or diverged) drops it; an interrupted one
     # (an exception above) keeps it, so the next sweep continues from its last checkpoint
     (folder / "ckpt.pt").unlink(missing_ok=True)
@@ -183,49 +157,42 @@ def term_as_ctrl_c():
 
 
 def run_sweep(runs, jobs=1, threads=0):
-    """Train every unfinished run (--jobs at a time); returns {name: (status, seconds)} for the runs
-    trained now. Ctrl-C or `kill PID` stops it with every run in flight checkpointed (term_as_ctrl_c)."""
-    with term_as_ctrl_c() as term:
-        return _run_sweep(runs, jobs, threads, term)
-
-
-def _run_sweep(runs, jobs, threads, term):
+    """Train unfinished runs, --jobs at a time: {name: (status, seconds)}; `kill PID` checkpoints them as Ctrl-C."""
+    from checkpoint import check_resume_args
     for r in runs:  # a finished run of other settings is not silently reused
-        s = read_summary(r.folder)
-        if s is not None:
-            from checkpoint import check_resume_args
+        if (s := read_summary(r.folder)) is not None:
             check_resume_args(s["args"], train.parse_args(list(map(str, r.argv)) + ["--out", str(r.folder)]), r.folder)
     todo = [r for r in runs if not is_finished(r.folder)]
-    n_done = len(runs) - len(todo)
-    if n_done:
+    if n_done := len(runs) - len(todo):
         print(f"{n_done} of {len(runs)} runs already finished (skipped)")
     threads = threads or max(1, (os.cpu_count() or 1) // max(jobs, 1))  # threads per run: cores / jobs
     results = {}
     if not todo:
         return results
-    if jobs <= 1:
-        for k, r in enumerate(todo, 1):
-            print(f"[{k}/{len(todo)}] {r.name}: python train.py {' '.join(map(str, r.argv))} --out {r.folder}", flush=True)
-            results[r.name] = _run_one(list(map(str, r.argv)), r.folder, threads, quiet=False)
-            print(f"  {results[r.name][0]} ({results[r.name][1]:.0f} s)", flush=True)
-        return results
-    print(f"{len(todo)} runs, {jobs} at a time, {threads} thread(s) each; logs in <run>/log.txt", flush=True)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        term.pool = pool
-        queued, running = list(todo), {}  # a run is handed to a worker only when one is free
-        try:
-            while queued or running:
-                while queued and len(running) < jobs:
-                    r = queued.pop(0)
-                    running[pool.submit(_worker, list(map(str, r.argv)), str(r.folder), threads)] = r
-                for f in wait(running, return_when=FIRST_COMPLETED).done:
-                    r = running.pop(f)
-                    results[r.name] = f.result()  # a run stopped by Ctrl-C raises train.Interrupted here
-                    print(f"[{len(results)}/{len(todo)}] {r.name}: {results[r.name][0]} ({results[r.name][1]:.0f} s)",
-                          flush=True)
-        except KeyboardInterrupt:  # Ctrl-C (a terminal's reaches the workers too): no queued run starts;
-            print("\nCtrl-C: the runs in flight save a checkpoint; no queued run starts", file=sys.stderr, flush=True)
-            raise                  # leaving the pool waits for the runs in flight
+    with term_as_ctrl_c() as term:
+        if jobs <= 1:
+            for k, r in enumerate(todo, 1):
+                print(f"[{k}/{len(todo)}] {r.name}: python train.py {' '.join(map(str, r.argv))} --out {r.folder}",
+                      flush=True)
+                results[r.name] = _run_one(list(map(str, r.argv)), r.folder, threads, quiet=False)
+                print(f"  {results[r.name][0]} ({results[r.name][1]:.0f} s)", flush=True)
+            return results
+        print(f"{len(todo)} runs, {jobs} at a time, {threads} thread(s) each; logs in <run>/log.txt", flush=True)
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            term.pool = pool
+            queued, running = list(todo), {}  # a run is handed to a worker only when one is free
+            try:
+                while queued or running:
+                    while queued and len(running) < jobs:
+                        r = queued.pop(0)
+                        running[pool.submit(_worker, list(map(str, r.argv)), str(r.folder), threads)] = r
+                    for f in wait(running, return_when=FIRST_COMPLETED).done:
+                        r = running.pop(f)
+                        status, s = results[r.name] = f.result()  # one stopped by Ctrl-C raises train.Interrupted
+                        print(f"[{len(results)}/{len(todo)}] {r.name}: {status} ({s:.0f} s)", flush=True)
+            except KeyboardInterrupt:  # Ctrl-C (a terminal's reaches the workers too): no queued run starts;
+                print("\nCtrl-C: the runs in flight save a checkpoint; no queued run starts", file=sys.stderr)
+                raise                  # leaving the pool waits for the runs in flight
     failed = [n for n, (s, _) in results.items() if s.startswith("failed")]
     if failed:
         raise UserError(f"{len(failed)} run(s) failed with an error (not a divergence): {failed}; "
@@ -245,8 +212,8 @@ def write_json(path, obj):
     atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 
 
-def settings_json(a, leave_out=()):
-    """An experiment's flags for report.json but leave_out: JSON values as they are, others as strings, no _keys."""
+def settings_json(a, leave_out=INVOCATION_FLAGS):
+    """The flags report.json keeps (not how it was made: leave_out), JSON values as they are, others str, no _keys."""
     plain = (int, float, str, bool, list, tuple, dict, type(None))
     return {k: (v if isinstance(v, plain) else str(v)) for k, v in vars(a).items() if not k.startswith("_")
             and k not in leave_out}
@@ -286,10 +253,9 @@ def pyplot():
 
 
 def experiment_main(a, argv, *, show_plan, train, render, wrote, plan=lambda a: None, rebuild=None, inherit=True):
-    """An experiment script's main() from its flags: --plan is show_plan(a, plan(a)); --report-only where OUT has no
-    run folders but a report.json, rebuild(OUT); else OUT made, --reuse DIR's invocations first (inherit), got =
-    train(a, plan(a), sweep) recorded as this invocation (Provenance) while sweep(runs) trains them (neither with
-    --report-only), and report.md's text render(a, got, provenance) printed by `wrote` ({text}, {out}, {s})."""
+    """An experiment script's main(): --plan is show_plan(a, plan(a)); --report-only with no run folders but a
+    report.json, rebuild(OUT); else OUT made (--reuse DIR's invocations first: inherit), got = train(a, plan(a), sweep)
+    recorded as this invocation (sweep trains none with --report-only); render(a, got, provenance) printed: `wrote`."""
     t0, trained = time.time(), []
     if a.plan:
         return show_plan(a, plan(a))
@@ -312,13 +278,10 @@ def main_guard(main):
     Provenance.active = None  # only an invocation this main() starts
     try:
         main()
-    except UserError as e:
+    except (UserError, KeyboardInterrupt) as e:
+        error = isinstance(e, UserError)
         if Provenance.active:
-            Provenance.active.finish(stopped=f"error: {e}")
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        if Provenance.active:
-            Provenance.active.finish(stopped="interrupted")
-        print("\ninterrupted; rerun the same command to resume (finished runs are skipped)", file=sys.stderr)
-        sys.exit(130)
+            Provenance.active.finish(stopped=f"error: {e}" if error else "interrupted")
+        print(f"error: {e}" if error else "\ninterrupted; rerun the same command to resume (finished runs are skipped)",
+              file=sys.stderr)
+        sys.exit(2 if error else 130)

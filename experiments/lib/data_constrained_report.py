@@ -1,8 +1,6 @@
-"""
-The data-constrained report (experiments/data_constrained.py, phase 4): `collect` reads the run folders, `render`
+"""The data-constrained report (experiments/data_constrained.py, phase 4): `collect` reads the run folders, `render`
 writes the report from those records alone (a rebuild from report.json is byte-identical), the claims
-(experiments/lib/data_constrained_claims.py) read by the one rule of experiments/lib/claims.py.
-"""
+(data_constrained_claims.py) read by the one rule of claims.py."""
 
 import argparse
 import csv
@@ -29,9 +27,8 @@ MDLM_TABLE = ("ar-weak", "wd", "mdlm-weak", "mdlm-tuned", "mdlm-strong")
 
 
 def collect(a, sweep, grid, strong, scan=None):
-    """The records a report is rendered from: the settings, the strong decay per size, a record per sweep run and per
-    (method, grid run): its full-validation loss, its val loss's change per epoch over its last evaluation interval and
-    from half-way to the end, nats (or --reuse DIR's record), the law fits, the per-token sums (else DIR's)."""
+    """The records to render: settings, strong decay per size, a record per sweep and (method, grid) run (full val
+    loss; its change per epoch over the last interval and from half-way; or DIR's), fits, per-token sums (or DIR's)."""
     def record(r):
         rec, s = dict(r.meta, name=r.name), read_summary(r.folder)
         if (o := a._reused.get(r.name)) or s is None:
@@ -74,8 +71,7 @@ def fan_out(N, U, L):
 
 
 def fit_laws(laws, methods, records):
-    """Per method: the data's fan-out and, per law, the fit on the seed-averaged cells and the
-    extrapolation to the largest U (fitted without it, where >= 2 smaller budgets remain)."""
+    """Per method: the data's fan-out; per law, the fit on the seed-averaged cells, extrapolated to the largest U."""
     out = {}
     for method in [m for m in methods if done(records, m)]:
         cs, (N, U, D, L) = arrays(records, method)

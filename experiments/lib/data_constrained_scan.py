@@ -1,5 +1,4 @@
-"""
-The data-constrained experiment's scan: where on (sizes, U, epochs) the paper's fan-out can show itself
+"""The data-constrained experiment's scan: where on (sizes, U, epochs) the paper's fan-out can show itself
 (Xu et al., arXiv 2606.06888, section 3: the gap between budgets grows with size only where the models
 learn something at every budget and the larger ones overfit the smallest). choose_regime's rule:
     margin(run) = ln(unigram_val_ppl) - loss; overfit(run) = loss - train_loss
@@ -64,8 +63,7 @@ def choose_regime(records, sizes, rules, max_budget=None, fits=None):
         for u in sorted({r["U"] for r in ar if r["epochs"] == e}):
             mdlm = next((r for r in records if r["obj"] == "mdlm" and r["U"] == u), None)
             full = grid_budgets(u, max_budget) if max_budget else None
-            fit = None if fits is None or not full else \
-                (lambda kept, n, e=e, u=u, full=full: fits(e, u, kept, full[:n]))
+            fit = None if fits is None or not full else (lambda kept, n, e=e, u=u, f=full: fits(e, u, kept, f[:n]))
             cands.append(dict(epochs=e, U0=u, **candidate([r for r in ar if r["epochs"] == e and r["U"] == u],
                                                           mdlm, sizes, rules, len(full) if full else None, fit)))
     ok = [c for c in cands if c["ok"]]

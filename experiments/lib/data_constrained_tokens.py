@@ -1,8 +1,6 @@
-"""
-Where MIR's gain sits, token by token (the data-constrained report): per validation target, CE(wd) -
+"""Where MIR's gain sits, token by token (the data-constrained report): per validation target, CE(wd) -
 CE(wd+mir) of two matched runs, from their val_tokens.npy (evaluate.py), bucketed by the
-target's count in the run's training subset. A decomposition of the loss difference, not a test of it.
-"""
+target's count in the run's training subset. A decomposition of the loss difference, not a test of it."""
 
 import numpy as np
 

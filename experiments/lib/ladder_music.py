@@ -1,5 +1,5 @@
-"""The ladder's music stage (arXiv 2604.21265: MIDI performances, a 160-token event vocabulary): its corpus,
-the check that it holds the chunks a plan asks for, and a real piece beside one sampled from a music checkpoint, as piano rolls and as two playable .mid files."""
+"""The ladder's music stage (arXiv 2604.21265: MIDI performances, a 160-token event vocabulary): its corpus, the check
+that it holds the chunks a plan asks for, a real piece beside one sampled from a checkpoint (piano rolls, MIDI)."""
 
 from data.common import UserError
 
@@ -26,9 +26,8 @@ def check_music_chunks(a, runs):
 
 
 def real_and_sampled(a, checkpoint, path, tokens=512):
-    """Write PATH: the first `tokens` tokens of the validation stream from its first piece start (left)
-    and as many sampled from the checkpoint from BOS (right; temperature 0.8, top-k 200, as sample.py),
-    each decoded to notes, and beside it MIDI_FILES. Returns PATH, or None without the checkpoint."""
+    """PATH (if the checkpoint is there): the first `tokens` tokens of the validation stream from its first piece start
+    (left) beside as many sampled from BOS (right; temperature 0.8, top-k 200, as sample.py), as notes; MIDI_FILES."""
     import io
     from pathlib import Path
     import torch
@@ -36,7 +35,7 @@ def real_and_sampled(a, checkpoint, path, tokens=512):
     from data.midi import BOS, notes_to_midi, tokens_to_notes
     from experiments.lib import common
     if not Path(checkpoint).exists():
-        return None
+        return
     val = music_corpus(a).val
     first = next((i for i, t in enumerate(val[: 50 * tokens]) if int(t) == BOS), 0)
     model, ck = sample.load_model(checkpoint)
@@ -46,10 +45,8 @@ def real_and_sampled(a, checkpoint, path, tokens=512):
     for name, notes in zip(MIDI_FILES, (real, fake)):  # (a temporary name, then a rename)
         notes_to_midi(notes).save(file=(midi := io.BytesIO()))
         common.atomic_write_bytes(Path(path).with_name(name), midi.getvalue())
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), sharey=True)
+    fig, axes = common.pyplot().subplots(1, 2, figsize=(13, 3.8), sharey=True)
     sample.write_piano_roll(real, None, f"real ({a.music_stage}, validation): {len(real)} notes", ax=axes[0])
     sample.write_piano_roll(fake, None, f"sampled from {Path(checkpoint).parent.name}: {len(fake)} notes", ax=axes[1])
     fig.tight_layout()
     common.save_figure(fig, path)
-    return path

@@ -1,9 +1,6 @@
-"""
-The ladder experiment's report from its records (experiments/ladder.py runs the sweep and collects them):
-render() writes report.md, report.json, details.json and the PNGs; rebuild(out) does it again from
-report.json (and details.json's curves) alone. The claims (ladder_claims.py) are read by claims.py, and the
-checks they rest on from the same records (the prose unigram, the compute-matched control, the long pair).
-"""
+"""The ladder experiment's report from its records (experiments/ladder.py collects them): render() writes report.md,
+report.json, details.json and the PNGs, rebuild(out) again from report.json (and details.json's curves) alone; the
+claims (ladder_claims.py) and the checks they rest on (the prose unigram, the controls, the long pair) from records."""
 
 import argparse
 import json
@@ -25,12 +22,11 @@ PAPER_SHARE = "a few percent: music ~2 passes over 36k MAESTRO chunks and a poet
 
 
 def reused(a):
-    """--reuse DIR: {(condition, width, seed): (record, details)} of the results DIR's report holds, made with the
-    same settings; their prose runs are not trained again (their pre-training, seconds, is: the report's facts).
-    --preset scarcity: {(condition, width, seed, U asked): record} (its records keep their curves)."""
+    """--reuse DIR (its settings ours): {(condition, width, seed): (record, details)}, their prose runs not trained
+    again (their pre-training is: the facts); --preset scarcity: {(condition, width, seed, U asked): record}."""
     if not a.reuse:
         return {}
-    old, now = common.reused_report(a.reuse), kept_settings(a)
+    old, now = common.reused_report(a.reuse), common.settings_json(a)
     if diff := sorted(k for k, v in json.loads(json.dumps(now)).items() if old["settings"].get(k) != v):
         raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
     if a.preset == "scarcity":
@@ -38,11 +34,6 @@ def reused(a):
     det = json.loads((Path(a.reuse) / "details.json").read_text())["runs"]
     return {(r["condition"], r["width"], r["seed"]): (r, det[f"{r['condition']}/d{r['width']}/s{r['seed']}"])
             for r in old["runs"]}
-
-
-def kept_settings(a):
-    """The flags a report keeps: what it measured, not how it was made (common.INVOCATION_FLAGS)."""
-    return common.settings_json(a, common.INVOCATION_FLAGS)
 
 
 def baseline(c):
@@ -101,14 +92,12 @@ def said(claim, entry):
 
 
 def front_table(entries, preset=None):
-    """report.json's `front_table`: the six contributions (SIX; a preset's ROWS) beside the paper's numbers, each
-    with its claims' cells and the combined verdict of its claims."""
+    """report.json's `front_table`: the contributions (SIX; a preset's ROWS), its claims' cells beside the paper's."""
     by, rows = {e["claim"]: e for e in entries}, []
     for n, title, paper, idx in (row for row in SIX if row[0] in ROWS.get(preset, (row[0],))):
         ours = [said(CLAIMS[i], by[CLAIMS[i].claim]) for i in idx]
-        verdict = combined_verdict([by[CLAIMS[i].claim]["verdict"] for i in idx])
         rows.append([n, title, paper, " ".join(f"({'abc'[k]}) {o}" for k, o in enumerate(ours)) if len(ours) > 1
-                     else ours[0], f"**{verdict}**"])
+                     else ours[0], f"**{combined_verdict([by[CLAIMS[i].claim]['verdict'] for i in idx])}**"])
     which = f"contributions {', '.join(map(str, ROWS[preset]))}" if preset in ROWS else "six contributions"
     head = ["#", "contribution", "paper", "ours: change of prose perplexity (test, n)", "verdict"]
     return {"title": f"The ladder paper's {which} beside its numbers" + TITLES.get(preset, "") +
@@ -116,8 +105,7 @@ def front_table(entries, preset=None):
 
 
 def pretrain_share(a, f):
-    """The ladder's pre-training tokens (music + poetry) / the prose tokens it then sees (every stage the same
-    batch x block), and the paper's."""
+    """The ladder's pre-training steps (music + poetry) / its prose steps (the same batch x block), and the paper's."""
     return {"ours": (a.music_steps + a.poetry_steps) / (a.prose_epochs * f["spe"]), "paper": PAPER_SHARE,
             "paper_approx": 0.05}
 
@@ -176,36 +164,32 @@ def markdown(a, data, entries, check_list, front, figures, provenance):
 
 
 def render(a, data, details, out, provenance):
-    """Write report.md, report.json, the PNGs and (with details) details.json from the records;
-    returns report.md. Nothing here reads the run folders, the clock or the machine."""
+    """report.md (returned), report.json, the PNGs and (with details) details.json from the records alone."""
     records = data["runs"]
     check_list, notes = checks(records, data["prose_unigram_ppl"], data["facts"])
     entries = read_all(CLAIMS, records, notes={c.claim: notes.get(c.extra.get("check")) for c in CLAIMS})
     front = front_table(entries, a.preset) if getattr(a, "preset", "subset") != "subset" else None  # (older: none)
     figures = FIGURES + [MUSIC[0]] * (out / MUSIC[0]).exists()
-    text = markdown(a, data, entries, check_list, front, figures, provenance)
-    settings = kept_settings(a)
-    common.write_report(out, text, source=SOURCE, regime=regime(a, data, provenance), figures=figures,
-                        verdicts=entries, provenance=provenance, prose_unigram_ppl=data["prose_unigram_ppl"],
-                        checks=check_list, **({"front_table": front} if front else {}),
-                        settings=settings, facts=data["facts"], pretrain_share=pretrain_share(a, data["facts"]),
-                        runs=records, missing=data["missing"])
     if details is not None:
         common.write_json(out / "details.json", {"runs": details})
         plot_curves(a, details, out / "curves.png")
     plot_width(a, records, out / "width.png")
     plot_ablation(records, out / "ablation.png")
-    return text
+    return common.write_report(out, markdown(a, data, entries, check_list, front, figures, provenance), source=SOURCE,
+                               regime=regime(a, data, provenance), figures=figures, verdicts=entries,
+                               provenance=provenance, prose_unigram_ppl=data["prose_unigram_ppl"], checks=check_list,
+                               **({"front_table": front} if front else {}), settings=common.settings_json(a),
+                               facts=data["facts"], pretrain_share=pretrain_share(a, data["facts"]), runs=records,
+                               missing=data["missing"])
 
 
 def rebuild(out):
-    """report.md, report.json (and details.json, the PNGs) again from OUT/report.json alone: the
-    flags, records and provenance it keeps; the per-epoch curves from details.json if it is there."""
+    """The report again from OUT/report.json alone (and the per-epoch curves of details.json if it is there)."""
     rep, path = json.loads((out / "report.json").read_text()), out / "details.json"
     a, prov, preset = argparse.Namespace(**rep["settings"]), rep.get("provenance"), rep["settings"].get("preset")
     if preset == "scarcity":
         from experiments.lib import ladder_scarcity
-        return ladder_scarcity.render(a, rep["runs"], rep["missing"], out, prov, rep["settings"])
+        return ladder_scarcity.render(a, rep["runs"], rep["missing"], out, prov)
     if preset == "headline":
         return render_headline(a, rep["runs"], rep["missing"], out, prov)
     data = {k: rep[k] for k in ("runs", "missing", "facts", "prose_unigram_ppl")}
@@ -231,16 +215,14 @@ def render_headline(a, records, missing, out, provenance):
     text = "\n".join(["# The headline command: `python train.py --stages music,poetry,prose --prores`", "",
                       provenance_line(provenance), "", *table(entries), "", RULE, "", *lines, "", regime, "",
                       *(f"Missing: {m}" for m in missing), "`headline.png`: the headline command's loss (1337).", ""])
-    common.write_report(out, text, source=SOURCE, regime=regime, figures=["headline.png"], verdicts=entries,
-                        provenance=provenance, front_table={"title": "The headline command at train.py's default "
-                        "budget, prose perplexity per arm", "lines": lines}, runs=records, missing=missing,
-                        settings=kept_settings(a))
-    return text
+    return common.write_report(out, text, source=SOURCE, regime=regime, figures=["headline.png"], verdicts=entries,
+                               provenance=provenance, front_table={"title": "The headline command at train.py's "
+                               "default budget, prose perplexity per arm", "lines": lines}, runs=records,
+                               missing=missing, settings=common.settings_json(a))
 
 
 def headline_records(a, runs):
-    """--preset headline: (records: a finished run's last-stage (prose) perplexity, missing: the other runs); the
-    headline command's losses at seed 1337 (train.py's loss.png) as OUT/headline.png."""
+    """--preset headline: (each finished run's prose perplexity, the missing runs); seed 1337's loss: headline.png."""
     done, head = [(r.meta, common.read_summary(r.folder)) for r in runs.values()], runs["curriculum+prores-s0"].folder
     if (head / "metrics.jsonl").exists():
         common.train.plot_losses(head), (a.out / "headline.png").write_bytes((head / "loss.png").read_bytes())
@@ -308,11 +290,10 @@ def plot_width(a, records, path):
 
 def plot_ablation(records, path):
     """Final perplexity per condition and width, bars with the seeds' std."""
-    plt = common.pyplot()
     conds = [c for c in ("random", "music", "ablation-attn", "ablation-mlp", "ablation-norm", "poetry", "ladder",
                          "ablation-embed") if widths_of(records, c)]
     widths = sorted({w for c in conds for w in widths_of(records, c)})
-    fig, ax = plt.subplots(figsize=(max(6, 0.72 * len(conds) * max(1, len(widths))), 4))
+    fig, ax = common.pyplot().subplots(figsize=(max(6, 0.72 * len(conds) * max(1, len(widths))), 4))
     bw, lows = 0.8 / max(1, len(widths)), []
     for k, w in enumerate(widths):
         ms = [mean_std(values(records, c, w, "ppl_final")) for c in conds]

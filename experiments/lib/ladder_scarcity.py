@@ -1,5 +1,4 @@
-"""
-The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity): at each number of
+"""The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity): at each number of
 unique prose tokens U (--scan-tokens), a (width, seed) has three prose runs on the same batches: the ladder (one
 music -> poetry pair serves every U), prose alone at the same budget (random) and for the whole ladder's steps
 (compute-matched: U repeated). Each is read at its end and at its best evaluation (every --eval-every steps: what a
@@ -37,8 +36,7 @@ def chains(a, make_run, pre_run):
 
 
 def records(a, runs):
-    """(the records of the reused cells and of every finished prose run: perplexity at the end and at the best
-    evaluation, the curve; the cells still missing)."""
+    """(the records of the reused cells and of the finished prose runs, the cells still missing)."""
     got = {**a._reused}
     for m, s, r in ((r.meta, s, r) for r in runs.values() if r.name.startswith("prose-")
                     for s in [common.read_summary(r.folder)] if s):
@@ -53,7 +51,7 @@ def records(a, runs):
     return [got[k] for k in want if k in got], [list(k) for k in want if k not in got]
 
 
-def render(a, recs, missing, out, provenance, settings):
+def render(a, recs, missing, out, provenance):
     """report.md, report.json and curves.png from the records."""
     entries = read_all(CLAIMS, recs)
     cells = {tuple(c["cell"]): c for c in next(e for e in entries if e["claim"] == CROSSOVER.claim)["cells"]}
@@ -74,7 +72,7 @@ def render(a, recs, missing, out, provenance, settings):
                                regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
                                front_table={"title": "The ladder against prose repeated for as many steps, by unique "
                                             "prose tokens U", "lines": table(entries)}, crossover=crossover, runs=recs,
-                               missing=missing, settings=settings)
+                               missing=missing, settings=common.settings_json(a))
 
 
 def plot(recs, path):

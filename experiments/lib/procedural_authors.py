@@ -1,12 +1,7 @@
-"""
-The train.py runs of experiments/procedural.py: the procedural diagnostics as the authors run them.
+"""The train.py runs of experiments/procedural.py: the procedural diagnostics as the authors run them.
 Jiang, Shinnick et al., arXiv 2601.21725; their code, github.com/zlshinnick/procedural-pretraining:
 downstream/algorithmic_tasks/experiment_stream.py and task_*.py (a diagnostic run: TASKS, TASK_OPT),
-procedural_pretraining/configs/<kind>.yaml (a pre-training run: YAML), downstream/utils.py (the transfer).
-
-    pre, base, warm = plan(a)   # the pre-training runs, the baselines, the runs from a pre-trained model
-    run_all(a, sweep)           # pre-training and baselines, the merges, then the rest, each by sweep(runs)
-"""
+procedural_pretraining/configs/<kind>.yaml (a pre-training run: YAML), downstream/utils.py (the transfer)."""
 
 from pathlib import Path
 
@@ -70,18 +65,13 @@ def base_kind(row):
     return row[:-len(SHUFFLED)] if row.endswith(SHUFFLED) else row
 
 
-def is_dyck(row):
-    return base_kind(row).startswith("dyck")
-
-
 def ruled(row, task):
     """Pre-trained by the stopping rule (DYCK's protocol): Dyck for any model, every kind for the d = 16 model."""
-    return is_dyck(row) or TASKS[task]["n_embd"] <= 16
+    return base_kind(row).startswith("dyck") or TASKS[task]["n_embd"] <= 16
 
 
 def pretrain_plan(a, row, task="haystack"):
-    """(steps, rows per step, lr, block size) of a row's pre-training for a task's model; a ruled run's steps
-    are a cap (the stopping rule ends it sooner)."""
+    """(steps, rows per step, lr, block size) of a row's pre-training for a task's model (ruled: steps a cap)."""
     from data import procedural
     kind, small = base_kind(row), TASKS[task]["n_embd"] <= 16
     y = DYCK if ruled(row, task) else YAML[kind]
@@ -95,7 +85,7 @@ def data_options(a, row, task):
     Dyck rows of --dyck-length; the sequence kinds at SMALL_SEQ on the d = 16 model."""
     from data.procedural import SEQ_KINDS
     small = base_kind(row) in SEQ_KINDS and TASKS[task]["n_embd"] <= 16
-    return {"length": a.dyck_length} if is_dyck(row) else dict(SMALL_SEQ) if small else {}
+    return {"length": a.dyck_length} if base_kind(row).startswith("dyck") else dict(SMALL_SEQ) if small else {}
 
 
 def entropy(a, row, task):
@@ -223,8 +213,7 @@ def plan(a):
 
 
 def reused(a, runs):
-    """{name: record} of the runs that --reuse DIR's report.json holds finished with the same flags (a run
-    from a pre-trained model: its pre-training's flags too), so a sweep split over sessions trains each once."""
+    """{name: record} of the runs --reuse DIR's report.json holds finished with the same flags (and pre-training)."""
     if not getattr(a, "reuse", None):
         return {}
     old = {r["name"]: r for r in common.reused_report(a.reuse)["runs"] if not r.get("diverged")}
@@ -248,19 +237,17 @@ def kept_pretrained(a, pre, keep=True):
 
 
 def make_merges(a):
-    """Attention, norms and positions from the first kind's model, MLP from the second's
-    (transfer.merge_checkpoints), one per task architecture and pre-training seed; made again when a source
-    model is newer (trained again)."""
+    """Attention, norms and positions from the first kind's model, MLP from the second's (transfer.merge_checkpoints),
+    one per task architecture and pre-training seed; made again when a source model is newer (trained again)."""
+    import itertools
     import transfer
     from checkpoint import save_checkpoint
-    for seed in range(min(a.seeds, a.pretrain_seeds)):
-        for m in a.merges:
-            for task in a.tasks:
-                path, sources = merge_ckpt(a, m, task, seed), [pre_ckpt(a, k, task, seed) for k in m]
-                if all(Path(p).exists() for p in sources) and not (path.exists() and path.stat().st_mtime >= max(
-                        Path(p).stat().st_mtime for p in sources)):
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    save_checkpoint(path, transfer.merge_checkpoints({"attn": sources[0], "mlp": sources[1]}))
+    for seed, m, task in itertools.product(range(min(a.seeds, a.pretrain_seeds)), a.merges, a.tasks):
+        path, sources = merge_ckpt(a, m, task, seed), [pre_ckpt(a, k, task, seed) for k in m]
+        if all(Path(p).exists() for p in sources) and not (path.exists() and path.stat().st_mtime >= max(
+                Path(p).stat().st_mtime for p in sources)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_checkpoint(path, transfer.merge_checkpoints({"attn": sources[0], "mlp": sources[1]}))
 
 
 def run_all(a, sweep):

@@ -1,12 +1,6 @@
-"""
-The report of experiments/procedural.py: the paper's claims (procedural_claims, read by the one engine),
-accuracy and loss per cell, the pre-training losses, two figures. Jiang, Shinnick et al., arXiv 2601.21725.
-
-    runs = collect(a, planned)                      # the finished runs -> report.json's `runs`
-    render(a, runs, n_planned, out, provenance)     # -> report.md, report.json, curves.png, accuracy.png
-    rebuild(out)                                    # the same from OUT/report.json alone (no run folders; the
-                                                    # table preset's archive: its own records, which records() reads)
-"""
+"""The report of experiments/procedural.py (Jiang, Shinnick et al., arXiv 2601.21725): collect (the finished runs'
+records), render (the paper's claims read by the one engine, accuracy and loss per cell, the pre-training losses, two
+figures) and rebuild (the same from OUT/report.json alone; the table preset's archive: its own records)."""
 
 import argparse
 import json
@@ -50,9 +44,8 @@ def record(a, run):
 
 
 def collect(a, runs):
-    """The records of the finished runs: from their folders, else from --reuse DIR's report.json. A pre-training
-    run reused and trained again (its model was not kept) keeps the first record (the reused runs started from
-    that model), the new one as its `retrained` (the runs trained since start from this one)."""
+    """The finished runs' records, from their folders, else --reuse DIR's report.json; a pre-training run reused and
+    trained again (its model lost) keeps the first record (its runs' start), the new one as its `retrained`."""
     kept, keys = pa.reused(a, runs), ("val_loss", "best_val_loss", "steps", "stop_reason", "seconds")
     pairs = [(record(a, run), kept.get(run.name)) for run in runs]
     return [dict(old, retrained={k: new[k] for k in keys}) if new and old and new["part"] == "pretrain" and new[
@@ -103,9 +96,8 @@ def floors(runs):
 
 
 def checks(runs, recs):
-    """report.json's `checks` ({check, holds, detail}) and {claim: the note after its numbers}: has each pre-trained
-    model learnt its task (its loss within FLOOR_GAP of its data's entropy; a kind's worst model), and does each
-    task's baseline leave room for a gain (token-level accuracy under CEILING)?"""
+    """report.json's `checks` and {claim: its note}: each pre-trained model learnt its task (a kind's worst within
+    FLOOR_GAP of its data's entropy); each task's baseline leaves room for a gain (token accuracy < CEILING)."""
     gaps = [(r.get("condition", r.get("row")), x["val_loss"] - r["entropy"]) for r in runs if r["part"] == "pretrain"
             and r.get("entropy") is not None and not r.get("diverged") for x in (r, r.get("retrained") or r)]
     pre = {k: max(g for c, g in gaps if c == k) for k, _ in gaps}
@@ -164,8 +156,7 @@ def pretrain_lines(runs):
 
 
 def render(a, runs, n_planned, out, provenance):
-    """report.md, report.json and the figures from the run records; returns report.md. Nothing here reads
-    the run folders, the clock or the machine."""
+    """report.md (returned), report.json and the figures from the run records alone."""
     recs, authors, reg = records({"runs": runs}), getattr(a, "records", None) is not None, regime(a, provenance, runs)
     check_list, notes = checks(runs, recs)
     entries = read_all(CLAIMS, recs, notes)
@@ -179,11 +170,10 @@ def render(a, runs, n_planned, out, provenance):
         lines += ["## What differs from the authors, and why", ""] + [f"- {d}" for d in pa.DIFFERENCES] + [""]
     text = "\n".join(lines + ["Figures: `curves.png` (accuracy or loss along each run), `accuracy.png` (the final "
                               "accuracies). Every run's numbers and flags: `report.json`.", ""])
-    common.write_report(out, text, source=SOURCE, regime=reg, figures=FIGURES, verdicts=entries, provenance=provenance,
-                        settings=common.settings_json(a, common.INVOCATION_FLAGS), n_planned=n_planned,
-                        checks=check_list, runs=runs)
     plot_all(recs, out)
-    return text
+    return common.write_report(out, text, source=SOURCE, regime=reg, figures=FIGURES, verdicts=entries,
+                               provenance=provenance, settings=common.settings_json(a), n_planned=n_planned,
+                               checks=check_list, runs=runs)
 
 
 def plot_all(recs, out):

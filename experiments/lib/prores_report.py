@@ -1,12 +1,6 @@
-"""
-The ProRes experiment's records, report and figures (experiments/prores.py runs it; claims: lib/prores_claims.py).
-
-    recs = analyse(a, runs)         # one record per finished run, from its folder
-    text = render(records, out)     # report.md, report.json and the PNGs from the records alone
-
-A rebuild from report.json alone is byte-identical (report.json keeps every run's numbers and validation curve and,
-for the figures, the first seed's per-step curves: CURVES).
-"""
+"""The ProRes experiment's records (analyse: from the run folders), report and figures (render: from the records alone,
+so a rebuild from report.json, which keeps every run's numbers and val curve and seed 0's per-step CURVES, is
+byte-identical). experiments/prores.py runs it; claims: lib/prores_claims.py."""
 
 import argparse
 import math
@@ -88,8 +82,7 @@ class Data:
 
 
 def analyse_run(a, run, data):
-    """One finished run's record (None if it has not finished), from its metrics.jsonl and its final model: the
-    residual stream's RMS after each block on one fixed validation batch."""
+    """A finished run's record (else None): its metrics.jsonl, the final model's RMS after each block (data.batch)."""
     from evaluate import activation_rms, stage_model
     s, diverged = read_summary(run.folder), (run.folder / "diverged.json").exists()
     if s is None and not diverged:
@@ -126,8 +119,7 @@ def analyse(a, runs):
 
 
 def settle(r, warmup_iters, stuck_margin, curves=True):
-    """A run's record as report.json keeps it, with the numbers derived from its curves; without `curves` the
-    per-step curves are dropped. Idempotent."""
+    """A run's record as report.json keeps it (idempotent): the numbers its curves give; the curves with `curves`."""
     rms = stream_rms(r)
     r.setdefault("act_growth", rms[-1] / rms[1] if rms and len(rms) > 1 else None)
     r.setdefault("act_fit", growth_fit(rms))
@@ -219,9 +211,8 @@ def runs_table(recs):
 
 
 def along(a, recs):
-    """Validation loss where every layer is on (the lr warmup's end for a baseline), where the lr decay starts, and
-    at the end, mean over seeds; and the plateau check: has the loss flattened over the tenth of the run before the
-    decay? (each run's loss at its end against its start, by the paired t-test)."""
+    """Val loss where every layer is on (a baseline: the warm-up's end), where the decay starts and at the end; the
+    plateau check: over the tenth of the run before the decay, each run's end against its start (paired t-test)."""
     rs = [r for r in recs if r.get("val_curve")]
     at = lambda r, t: next((v for s, v in zip(r["val_steps"][::-1], r["val_curve"][::-1]) if s <= t), None)  # noqa
     stable = round(a.iters * (1 - a.decay_frac))
@@ -276,8 +267,7 @@ def render(records, out):
              f"pre-clipping norm above {sd['grad_factor']:g} x that median.", "", "## The paper's claims", "", RULE, ""]
     lines += table(entries) + ["", f"## {front['title']}", ""] + front["lines"] + [""]
     if a.scan:
-        lines += scan_table(a, srecs)
-        lines += ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
+        lines += scan_table(a, srecs) + ["## The measurement point", ""] + [f"- {w}" for w in point["why"]] + [
             f"- measured: lr {lr:g}, depths {', '.join(map(str, depths))}", ""]
     trend, plateau = along(a, recs) if any(r.get("val_curve") for r in recs) else ([], None)
     lines += runs_table(recs) + trend
@@ -305,10 +295,9 @@ def panels(n_rows, n_cols, name, out, draw, ylabels, logy=()):
 def depth_axis(ax, unigram_loss, depths, title):
     """A panel of final loss against depth: the unigram loss, log-spaced depth ticks, its legend and titles."""
     ax.axhline(unigram_loss, color="gray", ls=":", label="unigram")
-    ax.set(xscale="log", title=title, xlabel="layers")
+    ax.set(xscale="log", title=title, xlabel="layers", xticks=depths, xticklabels=[str(d) for d in depths])
     ax.minorticks_off()
     ax.legend(fontsize=7)
-    ax.set_xticks(depths, [str(d) for d in depths], minor=False)
 
 
 def plot(a, srecs, recs, depths):

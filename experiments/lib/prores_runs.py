@@ -1,9 +1,4 @@
-"""
-The ProRes experiment's runs: names, flags and order (experiments/prores.py trains them).
-
-    make_run(a, "measure", "pre", True, 48, 2e-3, 0, 200).name  -> "pre-prores-L48-lr0.002-i200-s0"
-    prores_T(a, 48, 200)                                        -> 2.0833 (the deepest layer is on at step 100)
-"""
+"""The ProRes experiment's runs: names (pre-prores-L48-lr0.002-i200-s0), flags and order (prores.py trains them)."""
 
 from experiments.lib.common import Run
 
@@ -30,9 +25,8 @@ def prores_T(a, depth, iters):
 
 
 def init_of(a, norm, pr):
-    """DeepNorm's baseline takes DeepNet's init (`--init deepnet`), DeepNorm + ProRes the experiment's, as
-    the authors': their layers take the Xavier init only for NORM_TYPE `deeppost`, not `deeppost_prores`
-    (dandingsky/ProRes, peft_pretraining/modeling_llama.py:161-164, 193-198 and 539-554)."""
+    """DeepNorm's baseline takes DeepNet's init, DeepNorm + ProRes the experiment's, as the authors': only NORM_TYPE
+    `deeppost`, not `deeppost_prores`, takes Xavier (dandingsky/ProRes modeling_llama.py:161-164, 193-198, 539-554)."""
     return "deepnet" if norm == "deepnorm" and not pr else a.init
 
 

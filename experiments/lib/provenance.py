@@ -1,12 +1,7 @@
-"""
-Provenance: which code, command and machine made an experiment's report, and how long it took, summed
-over the invocations of a sweep that was interrupted and resumed (OUT/provenance.json).
+"""Provenance: which code, command and machine made an experiment's report, and how long it took, summed over the
+invocations of a sweep that was interrupted and resumed (OUT/provenance.json; Provenance(out).finish() records one)."""
 
-    prov = Provenance(out)                    # at the start of main(): commit, dirty, command, hardware
-    report["provenance"] = prov.finish(runs_trained=n)
-    provenance_line(report["provenance"])     # report.md's header line
-"""
-
+import contextlib
 import json
 import os
 import platform
@@ -55,9 +50,8 @@ def git_state():
 
 
 class Provenance:
-    """One invocation of an experiment in OUT/provenance.json, appended to those before it; finish() adds its wall
-    and CPU seconds (workers included). One stopped by Ctrl-C or an error is recorded by main_guard, one killed as
-    its last heartbeat wrote it."""
+    """One invocation in OUT/provenance.json, after those before it; finish() adds its wall and CPU seconds (workers'
+    too); one stopped by Ctrl-C or an error is recorded by main_guard, one killed as its last heartbeat wrote it."""
 
     active = None  # the invocation in progress (started, not finished), for main_guard
 
@@ -75,12 +69,10 @@ class Provenance:
     def _cpu():
         import resource  # the workers reaped (getrusage), and the live ones (/proc)
         s, c, live = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN), 0
-        for f in Path("/proc").glob("[0-9]*/stat"):
-            try:  # after the name: state, ppid, ..., utime and stime (clock ticks) at 11 and 12
+        for f in Path("/proc").glob("[0-9]*/stat"):  # after the name: state, ppid, ..., utime, stime (ticks) at 11, 12
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 v = f.read_text().rsplit(")", 1)[1].split()
                 live += int(v[11]) + int(v[12]) if int(v[1]) == os.getpid() else 0
-            except (OSError, ValueError, IndexError):
-                continue
         return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime + live / os.sysconf("SC_CLK_TCK")
 
     def entries(self):
@@ -119,8 +111,7 @@ class Provenance:
 
 
 def update_entries(path, change):
-    """OUT/provenance.json rewritten as change(entries) returns it (None: left as it is), under a lock: a running
-    invocation's heartbeat and --reuse's inherit_invocations both rewrite it."""
+    """OUT/provenance.json as change(entries) returns it (None: as it is), locked: heartbeats, inherit_invocations."""
     import fcntl
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / ".provenance.lock", "a") as lock:
@@ -141,8 +132,7 @@ def summarize_provenance(entries):
 
 
 def kept_provenance(out):
-    """The provenance of a report rebuilt without training: OUT/provenance.json, else the one OUT/report.json
-    keeps, else None; never the rebuild's own time or machine."""
+    """A rebuild's provenance: OUT/provenance.json's, else OUT/report.json's, else None (never the rebuild's own)."""
     if (path := Path(out) / "provenance.json").exists():
         return summarize_provenance(json.loads(path.read_text()))
     return json.loads(path.read_text()).get("provenance") if (path := Path(out) / "report.json").exists() else None
