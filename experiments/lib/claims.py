@@ -377,11 +377,11 @@ def md_section(title, text, header, rows):
 
 
 def table(entries):
-    """The claims table (Markdown lines): the paper's claim, its number, ours, the test, the verdict."""
+    """The claims table (Markdown lines): claim, paper, ours, test, verdict, the words; their counts under it."""
+    words = any(c.get("word") for e in entries for c in e.get("cells", []))
     return md_table(["the paper's claim", "paper", "ours", "test", "verdict", "against the paper"], [
         [*(cell(e[k]) for k in ("claim", "paper", "ours", "test")), f"**{e['verdict']}**", cell(e.get("against", "-"))]
-        for e in entries]) + ([] if not any(c.get("word") for e in entries for c in e["cells"]) else
-                             ["", f"Against the paper, cell by cell: {word_counts(entries)}."])
+        for e in entries]) + (["", f"Against the paper, cell by cell: {word_counts(entries)}."] if words else [])
 
 
 def counts(entries):
