@@ -35,7 +35,7 @@ PAPERS = (("ladder", "The ladder: music, then poetry, then prose"),
           ("data_constrained", "Data-constrained pre-training: Masked-Input Regularization and SoftQ"),
           ("prores", "ProRes: progressive residual warmup"))
 # the other presets' reports whose front table stands beside their paper's on RESULTS.md: (folder, on the README too)
-SHOWN = {"ladder": (("ladder-proportions", True), ("ladder-headline", True)),
+SHOWN = {"ladder": (("ladder-proportions", True), ("ladder-headline", True), ("ladder-scarcity", False)),
          "prores": (("prores-warmup", False), ("prores-pilot", False))}
 BEGIN, END = "<!-- results table: made by results.py -->", "<!-- end of results table -->"
 

@@ -13,7 +13,7 @@ from scipy import stats
 import train
 from conftest import write_paragraphs
 from experiments import ladder
-from experiments.lib import ladder_claims, ladder_headline_claims, ladder_report
+from experiments.lib import ladder_claims, ladder_headline_claims, ladder_report, ladder_scarcity_claims
 from experiments.lib.claims import VERDICTS, fmt_p, read_all
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,15 +284,15 @@ def test_curves_draw_volume_large_where_music_has_no_runs():
     assert ladder_report.curve_conditions(conds, details, 64) == ["long-random"]
 
 
-@pytest.mark.parametrize("name", ["ladder", "ladder-subset", "ladder-headline", "ladder-proportions"])
+@pytest.mark.parametrize("name", ["ladder", "ladder-subset", "ladder-headline", "ladder-proportions", "ladder-scarcity"])
 def test_committed_report_rebuilds_byte_identical(name, tmp_path):
-    """The committed report (the default's, the subset preset's archive, the headline and proportions presets'),
-    rebuilt from its report.json alone (no run folders), comes out byte for byte as committed; the default's has
-    every contribution."""
+    """The committed report (the default's, the subset preset's archive, the headline, proportions and scarcity
+    presets'), rebuilt from its report.json alone (no run folders), comes out byte for byte as committed; the
+    default's has every contribution; the scarcity scan has its must-holds (#56)."""
     out = tmp_path / name
     shutil.copytree(RESULTS / name, out)
     ladder.main(["--report-only", "--out", str(out)])
-    for f in ("report.md", "report.json", "details.json")[:2 if name == "ladder-headline" else 3]:
+    for f in ("report.md", "report.json", "details.json")[:2 if name in ("ladder-headline", "ladder-scarcity") else 3]:
         assert (out / f).read_bytes() == (RESULTS / name / f).read_bytes(), f
     rep = json.loads((out / "report.json").read_text())
     if name == "ladder-headline":  # the issue's must-holds: n >= 3 an arm, the ladder clearly below prose alone,
@@ -307,6 +307,19 @@ def test_committed_report_rebuilds_byte_identical(name, tmp_path):
         seed = {r["condition"]: r["ppl_final"] for r in rep["runs"] if r["seed"] == 1337}  # train.py's default seed
         assert seed["curriculum+prores"] < seed["prose-only"] and rep["settings"]["budget"]["iters"] == \
             train.parse_args([]).iters and rep["settings"]["budget"]["n_embd"] == train.parse_args([]).n_embd
+    if name == "ladder-scarcity":  # >= 3 values of U, d16 and d64, 3 seeds a cell, every arm read at its end
+        cells = {(r["condition"], r["width"], r["unique"]): set() for r in rep["runs"]}  # and at its best
+        for r in rep["runs"]:
+            cells[r["condition"], r["width"], r["unique"]].add(r["seed"])
+        assert len({u for _, _, u in cells}) >= 3 and {w for _, w, _ in cells} == {16, 64}
+        assert all(len(s) == 3 for s in cells.values()) and {c for c, _, _ in cells} == {
+            "ladder", "random", "compute-matched"} and not rep["missing"]
+        best = {e["claim"]: e for e in rep["verdicts"]}[ladder_scarcity_claims.CROSSOVER.claim]
+        assert {tuple(c["cell"]) for c in best["cells"]} == {(w, u) for _, w, u in cells}
+        for w in (16, 64):  # the crossover: the largest U at which the ladder is clearly below the control at its best
+            won = [c["cell"][1] for c in best["cells"] if c["cell"][0] == w and c["verdict"] == "reproduces"]
+            assert rep["crossover"][str(w)] == (max(won) if won else None)
+        assert (RESULTS / name / "curves.png").exists()
     seeds = lambda c, w: {r["seed"] for r in rep["runs"] if r["condition"] == c and r["width"] == w}
     if name == "ladder":
         assert all(len(seeds(c, 16)) >= 3 for c in MUST_HOLD_D16) and len(seeds("long-ladder", 64)) == 3

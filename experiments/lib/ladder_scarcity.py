@@ -71,7 +71,8 @@ def render(a, recs, missing, out, provenance):
     return common.write_report(out, text, source={"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"},
                                regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
                                front_table={"title": "The ladder against prose repeated for as many steps, by unique "
-                                            "prose tokens U", "lines": table(entries)}, crossover=crossover, runs=recs,
+                                            f"prose tokens U (the crossover: {said})", "lines": table(entries)},
+                               crossover=crossover, runs=recs,
                                missing=missing, settings=common.settings_json(a))
 
 
