@@ -37,17 +37,17 @@ WORDS = ("reproduces", "smaller than the paper", "larger than the paper", "canno
 RULE = ("A difference is an effect only at p < 0.05 with at least 3 runs a side: the paired t-test where both "
         "arms share seeds (the same batches), Welch's t-test otherwise, a trend by its slope's own test. A claim "
         "read in several cells is \"partly\" when some cells reproduce it and others do not, \"opposite\" when "
-        "none does and some go clearly against it.")
-WORDS_RULE = ("Against the paper, from each cell's 95% interval: **reproduces** (it excludes zero on the paper's side "
-              "and contains the paper's number), **smaller than the paper** / **larger than the paper** (it excludes "
-              "zero on the paper's side and the paper's number), **cannot tell** (it contains zero and the paper's "
-              "number), **disagrees** (it contains zero and excludes the paper's number: no effect of the paper's size), "
-              "**opposite** (it excludes zero on the other side); where the paper gives only a direction, against zero "
-              "alone (reproduces, cannot tell, opposite). Cells marked \"not BH\" have p < 0.05 but do not survive "
-              "Benjamini-Hochberg at q = 0.05 across their report's cells; a cell without an effect says how many pairs "
-              "(runs a side) 80% power would need at its observed effect and spread.")
-RULE += " " + WORDS_RULE
+        "none does and some go clearly against it. "
+        "Against the paper, from each cell's 95% interval: **reproduces** (it excludes zero on the paper's side "
+        "and contains the paper's number), **smaller than the paper** / **larger than the paper** (it excludes "
+        "zero on the paper's side and the paper's number), **cannot tell** (it contains zero and the paper's "
+        "number), **disagrees** (it contains zero and excludes the paper's number: no effect of the paper's size), "
+        "**opposite** (it excludes zero on the other side); where the paper gives only a direction, against zero "
+        "alone (reproduces, cannot tell, opposite). Cells marked \"not BH\" have p < 0.05 but do not survive "
+        "Benjamini-Hochberg at q = 0.05 across their report's cells; a cell without an effect says how many pairs "
+        "(runs a side) 80% power would need at its observed effect and spread.")
 VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not measured")
+
 
 @dataclass
 class Claim:
@@ -80,7 +80,7 @@ def finite(xs):
 def mean_std(xs):
     """(mean, sample std, n) of the finite values; std 0 for n = 1; (nan, nan, 0) for none."""
     xs = finite(xs)
-    return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0, len(xs)) if xs else (math.nan,) * 2 + (0,)
+    return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0, len(xs)) if xs else (math.nan, math.nan, 0)
 
 
 def fmt_mean_std(xs, fmt="{:.3f}"):
