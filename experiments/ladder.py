@@ -21,6 +21,7 @@ epochs bring no new best (at most --long-epochs), its ppl_final the best."""
 
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -96,6 +97,7 @@ FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take 
     ("conditions", str, f"comma-separated or 'all': {', '.join(CONDITIONS)}"), ("seeds", POS, "seeds 0..N-1 a cell"),
     ("widths", str, "d_model of every condition, e.g. 16,32,64"), ("capacity-widths", str, "more widths for the "
      "volume pair ('' = none)"), ("headline-seeds", int, f"seeds of {', '.join(HEADLINE)} at --widths (0: --seeds)"),
+    ("more-seeds", str, "more seeds for some cells: COND[@WIDTH]=N,... (--reuse takes the rest)", ""),
     ("prose-tokens", int, "the first U prose training tokens, whole steps (0 = all)"), ("prose-epochs", POS, ""),
     ("music-steps", POS, "steps of every music stage"), ("poetry-steps", POS, "steps of every poetry stage"),
     ("music-chunks", POS, "N: volume-small N chunks, every other music stage 3N"), ("long-width", POS, ""),
@@ -135,11 +137,15 @@ def parse_args(argv=None):
         a.capacity_widths = [int(w) for w in str(a.capacity_widths).split(",") if w.strip()]
     except ValueError:
         p.error(f"--widths {a.widths!r} / --capacity-widths {a.capacity_widths!r}: give whole numbers, e.g. 16,32,64")
+    more = [re.fullmatch(r"([\w-]+)(?:@(\d+))?=(\d+)", x.strip()) for x in a.more_seeds.split(",") if x.strip()]
+    if not all(m and m[1] in a.conditions for m in more):
+        p.error(f"--more-seeds {a.more_seeds!r}: give COND[@WIDTH]=N,... of the conditions run: {', '.join(a.conditions)}")
+    a._more = {(m[1], int(m[2]) if m[2] else None): int(m[3]) for m in more}  # {(condition, width or None): seeds}
     a.long_schedule in ("cosine", "constant") or p.error(f"--long-schedule {a.long_schedule!r}: cosine or constant")
     if a.headline_seeds < 0 or a.prose_tokens < 0 or min(a.widths + a.capacity_widths) <= 0 or any(
             w % a.n_head for w in a.widths + a.capacity_widths + [a.long_width]):
         p.error(f"--headline-seeds and --prose-tokens must be >= 0, widths positive multiples of --n-head {a.n_head}")
-    a._reused = ladder_report.reused(a)
+    a._reused = ladder_report.reused(a, SETTINGS)
     return a
 
 
@@ -207,14 +213,14 @@ def prose_run(a, condition, width, seed):
 
 def cells(a):
     """(condition, width, seed) of every result the report has, seed-major: the long pair at --long-width,
-    the capacity pair also at --capacity-widths; the headline rows --headline-seeds seeds at --widths."""
-    out = []
-    for seed in range(max(a.seeds, a.headline_seeds)):
+    the capacity pair also at --capacity-widths; the headline rows --headline-seeds seeds at --widths; --more-seeds."""
+    out, more = [], getattr(a, "_more", {})
+    for seed in range(max([a.seeds, a.headline_seeds, *more.values()])):
         for c in a.conditions:
             ws = [a.long_width] if CONDITIONS[c][3] == "long" else sorted(
                 set(a.widths) | set(a.capacity_widths)) if c in CAPACITY else a.widths
-            out += [(c, w, seed) for w in ws if seed < (max(a.seeds, a.headline_seeds) if c in HEADLINE
-                                                         and w in a.widths else a.seeds)]
+            out += [(c, w, seed) for w in ws if seed < max(max(a.seeds, a.headline_seeds) if c in HEADLINE and w in
+                                                           a.widths else a.seeds, more.get((c, w), more.get((c, None), 0)))]
     return out
 
 

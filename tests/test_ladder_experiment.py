@@ -199,6 +199,24 @@ def test_plan_and_presets_train_nothing(tmp_path, capsys):
     assert ladder.parse_args(["--conditions", "long-ladder"]).conditions == ["long-random", "long-ladder"]
 
 
+def test_more_seeds_adds_seeds_to_some_cells_and_reuse_takes_the_committed_rest(capsys):
+    """--more-seeds COND[@WIDTH]=N: those cells get seeds 0..N-1, every other cell keeps --seeds (--headline-seeds);
+    --reuse of the committed default report (made before --long-schedule and --min-delta existed, at their defaults)
+    trains only the new cells' prose runs; a spec naming no condition of the run is a usage error."""
+    more = "random@16=8,volume-small@32=8,volume-large@32=8,ablation-attn=8"
+    a = ladder.parse_args(["--reuse", str(RESULTS / "ladder"), "--more-seeds", more])
+    n = lambda c, w: len({s for c2, w2, s in ladder.cells(a) if (c2, w2) == (c, w)})  # noqa: E731
+    assert (n("random", 16), n("volume-small", 32), n("volume-large", 32), n("ablation-attn", 16)) == (8, 8, 8, 8)
+    assert (n("volume-small", 16), n("volume-large", 64), n("ladder", 16), n("ablation-mlp", 16)) == (3, 3, 5, 3)
+    new = {c for c in ladder.cells(a) if c not in a._reused}
+    assert len(new) == 3 + 5 * 3 and {n.split("-s")[-1] for n in ladder.plan(a) if n.startswith("prose-")} == {
+        "5", "6", "7", "3", "4"}
+    for bad in ("nonsense=8", "ablation-attn", "ablation-attn@x=8"):
+        with pytest.raises(SystemExit):
+            ladder.parse_args(["--more-seeds", bad])
+        assert "--more-seeds" in capsys.readouterr().err
+
+
 def test_user_errors_are_one_line(tmp_path, text_dir, cache, capsys):
     with pytest.raises(SystemExit) as e:
         ladder.parse_args(["--conditions", "ladder,nonsense"])

@@ -21,13 +21,14 @@ ROWS = {"proportions": (1, 3, 6)}  # the contributions a preset's conditions rea
 PAPER_SHARE = "a few percent: music ~2 passes over 36k MAESTRO chunks and a poetry stage before 5 epochs of WikiText-103"
 
 
-def reused(a):
-    """--reuse DIR (its settings ours): {(condition, width, seed): (record, details)}, their prose runs not trained
-    again (their pre-training is: the facts); --preset scarcity: {(condition, width, seed, U asked): record}."""
+def reused(a, defaults):
+    """--reuse DIR (its settings ours; a flag it predates at its default): {(condition, width, seed): (record, details)},
+    their prose runs not trained again (their pre-training is: the facts); --preset scarcity: {(condition, width, seed,
+    U asked): record}."""
     if not a.reuse:
         return {}
-    old, now = common.reused_report(a.reuse), common.settings_json(a)
-    if diff := sorted(k for k, v in json.loads(json.dumps(now)).items() if old["settings"].get(k) != v):
+    old, now = common.reused_report(a.reuse), common.settings_json(a, common.INVOCATION_FLAGS + ("more_seeds",))
+    if diff := sorted(k for k, v in json.loads(json.dumps(now)).items() if old["settings"].get(k, defaults.get(k)) != v):
         raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
     if a.preset == "scarcity":
         return {(r["condition"], r["width"], r["seed"], r["unique_asked"]): r for r in old["runs"]}
@@ -116,7 +117,8 @@ def regime(a, data, provenance):
     widths = ", ".join(map(str, a.widths)) + (f" (volume also d = {', '.join(map(str, more))})" if more else "") + (
         f", the long pair at d = {a.long_width}" if any(c.startswith("long-") for c in a.conditions) else "")
     return (f"{a.n_layer}-layer GPTs at d = {widths}; {a.seeds} seeds" + (f" ({a.headline_seeds} for random, music, "
-            "ladder)" if getattr(a, "headline_seeds", 0) else "") + f"; prose = {f['prose_desc']}, {a.prose_epochs} "
+            "ladder)" if getattr(a, "headline_seeds", 0) else "") + (f" (more: {a.more_seeds})" if getattr(
+                a, "more_seeds", "") else "") + f"; prose = {f['prose_desc']}, {a.prose_epochs} "
             f"epochs of {f['spe']} steps x {a.batch_size} x {a.block_size} tokens; music {a.music_steps} steps on "
             f"{3 * a.music_chunks:,} chunks of " + (f"--music-dir {a.music_dir}" if a.music_dir else "score-derived "
             "MIDI of the offline music21 corpus (Bach, Monteverdi, Haydn, Mozart)") + f"; poetry {a.poetry_steps} "
