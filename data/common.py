@@ -153,6 +153,11 @@ def atomic_write_bytes(path, data):
     os.replace(tmp, path)
 
 
+def write_json(path, obj):
+    """obj as indented JSON at path, by atomic_write_bytes."""
+    atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
+
+
 def sha256_of(path, chunk=1 << 20):
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # our data modules (the entropy floor, atomic writes)
+from data.common import write_json  # noqa: E402
 REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 PRETRAIN_FILES = ("procedural_pretraining/cli.py", "procedural_pretraining/dyck.py", "procedural_pretraining/utils.py",
                   "procedural_data/dyck.py")
@@ -50,11 +51,6 @@ METRIC = "eval_train_testA_accuracy"       # compute_metrics' accuracy on eval_d
 
 class HarnessError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
-
-
-def write_json(path, obj):
-    from data.common import atomic_write_bytes
-    atomic_write_bytes(path, (json.dumps(obj, indent=1) + "\n").encode())
 
 
 def venv_python(venv):
@@ -234,7 +230,8 @@ def finetune(a):
     script = repo / "downstream/algorithmic_tasks/experiment_stream.py"
     rc, wall, cpu = run_theirs([py, script, out / "finetune.yaml"], work, out, a.threads)
     states = sorted(work.glob(f"{TASK}/*/checkpoint-*/trainer_state.json"), key=lambda p: p.stat().st_mtime)
-    log = json.loads(states[-1].read_text())["log_history"] if states else []
+    state = json.loads(states[-1].read_text()) if states else {}
+    log = state.get("log_history", [])
     evals = [e for e in log if METRIC in e]
     curve = dict(metric=METRIC, what="token accuracy at the answer position (the token after the query), 4,000 test "
                  "records (task_condattendstream.py:45-50)", steps=[e["step"] for e in evals],
@@ -244,8 +241,7 @@ def finetune(a):
     summary = dict(command="finetune", returncode=rc, wall_seconds=wall, cpu_seconds=cpu, threads=a.threads,
                    authors=provenance(repo, FINETUNE_FILES + (conf,), a.authors_git), their_config=conf,
                    config_file=str(out / "finetune.yaml"), settings=cfg, pretrained_from=origin,
-                   full_run_steps=250 * 40_000 // BATCH, steps=json.loads(states[-1].read_text())["global_step"]
-                   if states else None, curve=curve, final_train_loss=end.get("train_loss"),
+                   full_run_steps=250 * 40_000 // BATCH, steps=state.get("global_step"), curve=curve, final_train_loss=end.get("train_loss"),
                    their_train_runtime=end.get("train_runtime"),
                    trainer_state=str(states[-1]) if states else None,
                    note=None if not a.steps else "--steps sets max_steps, and their schedule follows it: 500 warm-up "

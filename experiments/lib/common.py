@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: t
 
 import train  # noqa: E402
 from checkpoint import read_summary  # noqa: E402,F401 (the experiments read it from here)
-from data.common import UserError, atomic_write_bytes, positive_float, positive_int, writable_folder  # noqa: E402,F401 (types here)
+from data.common import (UserError, atomic_write_bytes, positive_float, positive_int, writable_folder,  # noqa: E402,F401
+                         write_json)  # (the experiments take these from here)
 from experiments.lib.provenance import Provenance, inherit_invocations, kept_provenance  # noqa: E402
 
 
@@ -206,10 +207,6 @@ def group(items, key):
     for x in items:
         out.setdefault(key(x), []).append(x)
     return out
-
-
-def write_json(path, obj):
-    atomic_write_bytes(path, json.dumps(obj, indent=1).encode())
 
 
 def settings_json(a, leave_out=INVOCATION_FLAGS):
