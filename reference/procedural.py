@@ -53,6 +53,16 @@ class HarnessError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
 
 
+COMPONENTS = ("everything", "attn", "ffn", "embed")  # what their config accepts (experiment_config.py:85-93)
+
+
+def their_components(spec):
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts or any(p not in COMPONENTS for p in parts):
+        raise argparse.ArgumentTypeError(f"{spec!r}: give a comma-separated list of {', '.join(COMPONENTS)}")
+    return ",".join(parts)
+
+
 def venv_python(venv):
     py = Path(venv) / "bin" / "python"
     if not py.exists():
@@ -216,7 +226,7 @@ def finetune(a):
     if a.pretrained:
         path, origin = their_pretrained(a.pretrained, out)
         cfg["pretrained_model_path"] = str(path)
-        cfg.update({"weights_to_be_transferred": [a.transfer]} if a.transfer else {},
+        cfg.update({"weights_to_be_transferred": a.transfer.split(",")} if a.transfer else {},
                    **({"embedding_init_strategy": a.embeddings} if a.embeddings else {}))
     if a.steps:  # max_steps = train_steps * train_size // batch (experiment_stream.py:283): train_size = batch
         cfg.update(train_steps=a.steps, train_size=BATCH)
@@ -272,8 +282,9 @@ def parser():
                      "(their save_every_steps, default 100)")
     fin.add_argument("--config", required=True, choices=("baseline", "procedural"), help="their configs/<name>.yaml")
     fin.add_argument("--pretrained", help="checkpoint to start from: theirs (.pth), or ours (converted)")
-    fin.add_argument("--transfer", choices=("everything", "attn", "ffn"), help="their weights_to_be_transferred "
-                     "(default everything)")
+    fin.add_argument("--transfer", type=their_components, help="their weights_to_be_transferred, comma-separated "
+                     "(their experiment_config.py:85-93): everything (default; with --embeddings), or of attn, ffn, embed: "
+                     "attn,ffn is every block's attention and MLP, with fresh rows, positions and norms")
     fin.add_argument("--embeddings", choices=("average", "retain"), help="their embedding_init_strategy (default "
                      "average; retain needs the same vocabulary, 256)")
     fin.add_argument("--steps", type=int, help="optimizer steps of 1,000 records (theirs: 10,000)")

@@ -20,7 +20,11 @@ VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not meas
 
 def paper_claims(name):
     """The claim table of the experiment that wrote experiments/results/<name> (<script>[-<preset>]): the preset's
-    own (experiments/lib/<script>_<preset>_claims.py, e.g. ladder_headline_claims) where there is one."""
+    own (experiments/lib/<script>_<preset>_claims.py, e.g. ladder_headline_claims) where there is one, or the module
+    its report.json names (`claims`: reference/cross.py's report)."""
+    named = json.loads((RESULTS / name / "report.json").read_text()).get("claims")  # e.g. reference.cross_claims
+    if named:
+        return importlib.import_module(named)
     own = f"experiments.lib.{name.replace('-', '_')}_claims"
     return importlib.import_module(own if importlib.util.find_spec(own) else f"experiments.lib.{name.split('-')[0]}_claims")
 

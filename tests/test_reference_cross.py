@@ -1,0 +1,107 @@
+"""reference/cross.py: the crossed design's runs (who pre-trains x who fine-tunes, the controls), what counts as
+finished, and its report: read by the engine, rebuilt byte for byte from report.json. No run of theirs here."""
+
+import argparse
+import json
+import random
+
+import pytest
+
+from data.common import UserError
+from reference import cross
+from reference.cross_claims import CELLS, CLAIMS, PIPELINES, records
+from reference.procedural import parser as harness_parser
+
+
+def args(tmp_path, *more):
+    return cross.parse_args(["--authors-repo", "/their/checkout", "--venv", "/their/venv", "--out", str(tmp_path / "x"),
+                             *more])
+
+
+def flag(cmd, name):
+    return cmd[cmd.index(name) + 1]
+
+
+def test_the_plan_crosses_every_start_with_both_fine_tunings_at_one_budget(tmp_path):
+    a = args(tmp_path, "--steps", "300", "--seeds", "2")
+    jobs = cross.plan(a)
+    fine = [j for j in jobs.values() if j["kind"] != "pretrain"]
+    assert len(jobs) == 2 + len(fine) and len(fine) == len(CELLS) * len(PIPELINES) * 2
+    assert {(j["meta"]["finetune"], j["meta"]["condition"], j["meta"]["seed"]) for j in fine} == {
+        (ft, c, s) for ft in PIPELINES for c in CELLS for s in range(2)}
+    for j in fine:
+        cmd, start = j["cmd"], j["meta"]["start"]
+        if j["kind"] == "theirs":  # their harness, their config; the same steps and seed
+            assert cmd[2] == "finetune" and flag(cmd, "--steps") == "300" and flag(cmd, "--seed") == str(j["meta"]["seed"])
+            assert flag(cmd, "--config") == ("baseline" if start is None else "procedural")
+            assert ("--pretrained" in cmd) == (start is not None)
+        else:  # train.py at the same budget: 300 steps of 1,000 records, their schedule
+            assert cmd[1].endswith("train.py") and flag(cmd, "--iters") == "300" and flag(cmd, "--batch-size") == "1000"
+            assert flag(cmd, "--warmup-iters") == "500" and flag(cmd, "--seed") == str(j["meta"]["seed"])
+            assert ("--init-from" in cmd) == (start is not None)
+        if start is not None:  # the start each side reads, made by the pre-training it waits for
+            path = flag(cmd, "--pretrained" if j["kind"] == "theirs" else "--init-from")
+            assert path == str(cross.OUR_DYCK) if start == "ours" else path.endswith(
+                "start-theirs.pth" if j["kind"] == "theirs" else "start-ours.pt")
+            assert j["needs"] == ([] if start == "ours" else ["pre-dyck-theirs" if start == "theirs" else "pre-near-init"])
+    own = {j["meta"]["finetune"]: j["meta"]["start"] for j in fine if j["meta"]["condition"] == "dyck-own (random rows)"}
+    assert own == {"theirs": "theirs", "ours": "ours"}  # each pipeline's own Dyck model
+    attn = [j["cmd"] for j in fine if j["meta"]["condition"].endswith("(attn)")]
+    assert all(flag(c, "--transfer") == "attn" for c in attn)
+    assert {flag(c, "--embed-init") for c in attn if "--embed-init" in c} == {"random"}
+
+
+def test_running_needs_their_checkout_and_venv_and_their_flags_are_checked(tmp_path, capsys):
+    with pytest.raises(UserError, match="--authors-repo and --venv"):
+        cross.parse_args(["--out", str(tmp_path / "x")])
+    cross.parse_args(["--out", str(tmp_path / "x"), "--plan"])  # a plan needs neither
+    p = harness_parser()
+    assert p.parse_args(["finetune", "--authors-repo", "a", "--venv", "v", "--out", "o", "--config", "procedural",
+                         "--transfer", "attn, ffn"]).transfer == "attn,ffn"
+    with pytest.raises(SystemExit):  # their config refuses 'ln' (experiment_config.py:85-93): so does ours, up front
+        p.parse_args(["finetune", "--authors-repo", "a", "--venv", "v", "--out", "o", "--config", "procedural",
+                      "--transfer", "attn,ln"])
+    assert "attn, ffn, embed" in capsys.readouterr().err
+
+
+def test_their_run_is_finished_only_at_its_steps_with_exit_0(tmp_path):
+    a = args(tmp_path, "--steps", "300")
+    job = cross.plan(a)["theirs-none-s0"]
+    job["folder"].mkdir(parents=True)
+    assert not cross.finished(job)
+    for rc, steps, done in ((0, 150, False), (1, 300, False), (0, 300, True)):
+        (job["folder"] / "summary.json").write_text(json.dumps({"returncode": rc, "steps": steps}))
+        assert cross.finished(job) is done
+
+
+def fake_runs(lift):
+    """Fine-tuning records as cross.record makes them: their Dyck lifts their fine-tuning by `lift` points."""
+    rng, runs = random.Random(0), [dict(name="pre-dyck-theirs", part="pretrain", steps=5000, val=[[5000, 2.9, 0.4]],
+                                        entropy=1.9756, best_step=4900, best_val_accuracy=0.41,
+                                        authors={"commit": "abc"}, cpu_seconds=1200.0)]
+    for seed in range(3):
+        for ft in PIPELINES:
+            for cond, (start, _, _) in CELLS.items():
+                token = 8 + rng.gauss(0, 0.5) + (lift if ft == "theirs" and cond == "dyck-theirs" else 0)
+                runs.append(dict(name=f"{ft}-{cross.slug(cond)}-s{seed}", part="finetune", finetune=ft, condition=cond,
+                                 start=start, seed=seed, token=token, curve=[[50, 2.0], [100, token]], steps=100,
+                                 cpu_seconds=60.0))
+    return runs
+
+
+def test_the_report_reads_the_claims_and_rebuilds_byte_identical(tmp_path):
+    a = argparse.Namespace(out=tmp_path, steps=100, seeds=3, pretrain_steps=5000, task_test=4000, quick=False, plan=False,
+                           jobs=2, threads=0, reuse=None, report_only=False, authors_repo="x", venv="y", authors_git=None)
+    text = cross.render(a, fake_runs(lift=88), 44, None)
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["claims"] == "reference.cross_claims" and rep["settings"]["steps"] == 100 and "venv" not in rep["settings"]
+    first = rep["verdicts"][0]  # their Dyck, full transfer: +88 in their fine-tuning, nothing in ours
+    by = {c["cell"]: c for c in first["cells"]}
+    assert by["theirs"]["verdict"] == "reproduces" and by["theirs"]["word"] == "reproduces"
+    assert by["ours"]["verdict"] == "no clear difference" and first["verdict"] == "partly"
+    assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in CLAIMS]
+    assert len(records(rep)) == 3 * len(CELLS) * len(PIPELINES)
+    assert "| dyck-theirs | 8" not in text and "theirs - ours (Welch)" in text
+    before = {f: (tmp_path / f).read_bytes() for f in ("report.md", "report.json")}
+    cross.rebuild(tmp_path)
+    assert {f: (tmp_path / f).read_bytes() for f in before} == before
