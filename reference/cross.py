@@ -40,6 +40,7 @@ from data.common import UserError  # noqa: E402
 SOURCE = {"arxiv": "2601.21725", "title": "Procedural Pretraining: Warming Up Language Models with Abstract Data"}
 OUR_DYCK = ROOT / "experiments/results/procedural/pretrained/pre-dyck-2_4_16-s0.pt"
 NEAR_INIT_STEPS = 10
+DYCK_HEADS = 4                             # their dyck.py's model, 2_4_16 (the weights do not say it)
 THEIR_TRANSFER = {("full", "mean"): ["--transfer", "everything", "--embeddings", "average"],
                   ("attn", "random"): ["--transfer", "attn"], ("full", "random"): ["--transfer", "attn,ffn"]}
 OUR_TRANSFER = {("full", "mean"): pa.transfer_flags("full"), ("attn", "random"): pa.transfer_flags("attn"),
@@ -61,8 +62,7 @@ def parse_args(argv=None):
     if a.quick:
         a.steps, a.pretrain_steps, a.seeds, a.task_test = 20, 20, 1, 500
     a.out = Path(a.out or ("out/procedural-reference-quick" if a.quick else "out/procedural-reference"))
-    needs = not a.report_only or (a.out / "runs").exists()
-    if needs and not a.plan and not (a.authors_repo and a.venv):
+    if not (a.report_only or a.plan or a.authors_repo and a.venv):
         raise UserError("--authors-repo and --venv are needed to run (clone github.com/zlshinnick/procedural-"
                         "pretraining, then python reference/procedural.py setup --venv V); --report-only rebuilds "
                         "from OUT/report.json without them")
@@ -120,12 +120,21 @@ def start_path(a, start, side):
         "start-theirs.pth" if side == "theirs" else "start-ours.pt")
 
 
+def flag(cmd, name):
+    return cmd[cmd.index(name) + 1]
+
+
 def finished(job):
-    s = read(job["folder"] / "summary.json")
+    """A run that ended at its own budget: ours at its --iters; theirs with exit 0 at its steps, a pre-training also
+    with its start kept (kept_start)."""
+    s, cmd = read(job["folder"] / "summary.json"), job["cmd"]
+    if s is None:
+        return False
     if job["kind"] == "ours":
-        return s is not None
-    return s is not None and s.get("returncode") == 0 and (job["kind"] == "pretrain" or s.get("steps") == int(
-        job["cmd"][job["cmd"].index("--steps") + 1]))
+        return s["stages"][-1]["iters"] == int(flag(cmd, "--iters"))
+    steps = int(flag(cmd, "--max-steps" if job["kind"] == "pretrain" else "--steps"))
+    return s.get("returncode") == 0 and s.get("steps") == steps and (
+        job["kind"] != "pretrain" or (job["folder"] / "start-ours.pt").exists())
 
 
 def read(path):
@@ -147,30 +156,41 @@ def kept_start(job):
         raise UserError(f"{job['folder']}/summary.json names no kept checkpoint; see its stderr.txt")
     sd = torch.load(best, map_location="cpu", weights_only=True)["model"]
     save_checkpoint(job["folder"] / "start-theirs.pth", {"model": sd})
-    t = pa.TASKS["haystack"]
-    cfg = dict(vocab_size=sd["transformer.wte.weight"].shape[0], block_size=sd["transformer.wpe.weight"].shape[0],
-               n_layer=t["n_layer"], n_head=t["n_head"], n_embd=t["n_embd"], bias=True, dropout=0.0,
+    (vocab, width), layers = sd["transformer.wte.weight"].shape, {k.split(".")[2] for k in sd if k.startswith("transformer.h.")}
+    cfg = dict(vocab_size=vocab, block_size=sd["transformer.wpe.weight"].shape[0], n_layer=len(layers),
+               n_head=DYCK_HEADS, n_embd=width, bias=True, dropout=0.0,
                tie_weights=torch.equal(sd["transformer.wte.weight"], sd.get("lm_head.weight", sd["transformer.wte.weight"])))
     save_checkpoint(job["folder"] / "start-ours.pt", {"model": theirs_to_ours(sd, cfg), "model_config": cfg})
 
 
+def keep(job):
+    """kept_start, its error written to the run's log.txt: 0 if kept, else 1 (the run counts as failed)."""
+    try:
+        kept_start(job)
+        return 0
+    except Exception as e:  # their run ended without the checkpoint we need, or one that does not convert
+        with open(job["folder"] / "log.txt", "a") as log:
+            print(f"cannot keep its start: {type(e).__name__}: {e}", file=log)
+        return 1
+
+
 def run_jobs(jobs, n):
-    """Every unfinished job, n at a time, each once what it needs has finished; their pre-training's start kept."""
+    """Every unfinished job, n at a time, each once what it needs has finished; their pre-training's start kept.
+    Returns the names of the runs it finished."""
+    for j in jobs.values():  # a pre-training that ended before its start was kept (an interrupted sweep)
+        s = read(j["folder"] / "summary.json") if j["kind"] == "pretrain" else None
+        if s and s.get("returncode") == 0 and not (j["folder"] / "start-ours.pt").exists():
+            keep(j)
     todo = [j for j in jobs.values() if not finished(j)]
     print(f"{len(jobs) - len(todo)} of {len(jobs)} runs already finished; {len(todo)} to run, {n} at a time")
-    done, failed = {j["name"] for j in jobs.values() if finished(j)}, []
-    for j in jobs.values():
-        if j["kind"] == "pretrain" and j["name"] in done and not (j["folder"] / "start-ours.pt").exists():
-            kept_start(j)
+    done, failed, trained = {j["name"] for j in jobs.values() if finished(j)}, [], []
 
     def one(j):
         j["folder"].mkdir(parents=True, exist_ok=True)
         t0 = time.time()
         with open(j["folder"] / "log.txt", "a") as log:
             rc = subprocess.run(j["cmd"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
-        if rc == 0 and j["kind"] == "pretrain":
-            kept_start(j)
-        return j, rc, time.time() - t0
+        return j, keep(j) if rc == 0 and j["kind"] == "pretrain" else rc, time.time() - t0
 
     with ThreadPoolExecutor(max_workers=n) as pool:
         pending, running = list(todo), set()
@@ -187,17 +207,18 @@ def run_jobs(jobs, n):
                 j, rc, s = f.result()
                 ok = rc == 0 and finished(j)
                 done |= {j["name"]} if ok else set()
-                failed += [] if ok else [j["name"]]
+                (trained if ok else failed).append(j["name"])
                 print(f"[{len(done)}/{len(jobs)}] {j['name']}: {'done' if ok else f'FAILED (exit {rc})'} ({s:.0f} s)",
                       flush=True)
     if failed:
         raise UserError(f"{len(failed)} run(s) failed or could not start: {failed}; see their log.txt")
+    return trained
 
 
 def record(a, job):
     """One finished run's record: a fine-tuning run's token accuracy (%) and curve, their pre-training's summary."""
     s, f = read(job["folder"] / "summary.json"), job["folder"]
-    if s is None:
+    if not finished(job):  # not run, stopped, or failed part-way (its last evaluation is not the end's)
         return None
     r = dict(name=job["name"], **job["meta"])
     if job["kind"] == "pretrain":
@@ -289,7 +310,7 @@ def rebuild(out):
 
 def show_plan(a, jobs):
     todo = [j for j in jobs.values() if not finished(j)]
-    cost = lambda j: (int(j["cmd"][j["cmd"].index("--max-steps") + 1]) * PACE["pretrain"] if j["kind"] == "pretrain"  # noqa: E731
+    cost = lambda j: (int(flag(j["cmd"], "--max-steps")) * PACE["pretrain"] if j["kind"] == "pretrain"  # noqa: E731
                       else a.steps * PACE[j["kind"]])
     for j in jobs.values():
         print(f"  {j['name']:<40} {j['kind']:<9} ~{cost(j) / 60:6.1f} min{'' if j in todo else '  (done)'}")
@@ -300,7 +321,7 @@ def show_plan(a, jobs):
 
 def train(a, jobs, sweep):
     """The runs not finished (none with --report-only), then every finished run's record."""
-    a.report_only or run_jobs(jobs, a.jobs)
+    sweep(jobs, run=lambda js, n, threads: run_jobs(js, n))
     return [r for j in jobs.values() if (r := record(a, j))]
 
 

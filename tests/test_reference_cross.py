@@ -64,14 +64,26 @@ def test_running_needs_their_checkout_and_venv_and_their_flags_are_checked(tmp_p
     assert "attn, ffn, embed" in capsys.readouterr().err
 
 
-def test_their_run_is_finished_only_at_its_steps_with_exit_0(tmp_path):
-    a = args(tmp_path, "--steps", "300")
-    job = cross.plan(a)["theirs-none-s0"]
-    job["folder"].mkdir(parents=True)
-    assert not cross.finished(job)
-    for rc, steps, done in ((0, 150, False), (1, 300, False), (0, 300, True)):
-        (job["folder"] / "summary.json").write_text(json.dumps({"returncode": rc, "steps": steps}))
-        assert cross.finished(job) is done
+def test_a_run_is_finished_only_at_its_own_budget_and_only_a_finished_one_is_read(tmp_path):
+    a = args(tmp_path, "--steps", "300", "--pretrain-steps", "400")
+    jobs = cross.plan(a)
+    theirs, ours, pre = jobs["theirs-none-s0"], jobs["ours-none-s0"], jobs["pre-dyck-theirs"]
+    for j in (theirs, ours, pre):
+        j["folder"].mkdir(parents=True)
+        assert not cross.finished(j) and cross.record(a, j) is None
+    for rc, steps, done in ((0, 150, False), (1, 300, False), (0, 300, True)):  # theirs: exit 0 at its steps
+        (theirs["folder"] / "summary.json").write_text(json.dumps({"returncode": rc, "steps": steps}))
+        assert cross.finished(theirs) is done
+        if not done:  # a run stopped part-way has a last evaluation, not the end's: no record
+            assert cross.record(a, theirs) is None
+    for iters, done in ((100, False), (300, True)):  # ours: a summary from another budget is not this run's
+        (ours["folder"] / "summary.json").write_text(json.dumps({"stages": [{"iters": iters}]}))
+        assert cross.finished(ours) is done
+    (pre["folder"] / "summary.json").write_text(json.dumps({"returncode": 0, "steps": 400, "checkpoints": {}}))
+    assert not cross.finished(pre)  # ended, but its start is not kept: ...
+    assert cross.keep(pre) == 1 and "names no kept checkpoint" in (pre["folder"] / "log.txt").read_text()
+    (pre["folder"] / "start-ours.pt").write_bytes(b"")
+    assert cross.finished(pre)
 
 
 def fake_runs(lift):
@@ -105,3 +117,26 @@ def test_the_report_reads_the_claims_and_rebuilds_byte_identical(tmp_path):
     before = {f: (tmp_path / f).read_bytes() for f in ("report.md", "report.json")}
     cross.rebuild(tmp_path)
     assert {f: (tmp_path / f).read_bytes() for f in before} == before
+
+
+def test_their_kept_checkpoint_becomes_both_starts(tmp_path):
+    """kept_start: their best checkpoint copied as theirs, and converted to ours with the model its weights say."""
+    import torch
+    from model import GPT, GPTConfig
+    from reference.convert import ours_to_theirs
+    a = args(tmp_path)
+    pre = cross.plan(a)["pre-dyck-theirs"]
+    pre["folder"].mkdir(parents=True)
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=33, block_size=128, n_layer=2, n_head=cross.DYCK_HEADS, n_embd=16, bias=True, dropout=0.0,
+               tie_weights=True)
+    ours = GPT(GPTConfig(**cfg)).state_dict()
+    best = pre["folder"] / "best_pytorch_model_1_step300.pth"
+    torch.save({"model": ours_to_theirs(ours, cfg), "step": 300}, best)
+    (pre["folder"] / "summary.json").write_text(json.dumps({"returncode": 0, "checkpoints": {"best": str(best)}}))
+    assert cross.keep(pre) == 0
+    back = torch.load(pre["folder"] / "start-ours.pt", weights_only=True)
+    assert back["model_config"] == cfg and back["model"].keys() == ours.keys()
+    assert all(torch.equal(back["model"][k], v) for k, v in ours.items())
+    theirs = torch.load(pre["folder"] / "start-theirs.pth", weights_only=True)["model"]
+    assert theirs.keys() == ours_to_theirs(ours, cfg).keys()

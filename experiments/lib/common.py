@@ -252,7 +252,8 @@ def pyplot():
 def experiment_main(a, argv, *, show_plan, train, render, wrote, plan=lambda a: None, rebuild=None, inherit=True):
     """An experiment script's main(): --plan is show_plan(a, plan(a)); --report-only with no run folders but a
     report.json, rebuild(OUT); else OUT made (--reuse DIR's invocations first: inherit), got = train(a, plan(a), sweep)
-    recorded as this invocation (sweep trains none with --report-only); render(a, got, provenance) printed: `wrote`."""
+    recorded as this invocation (sweep(runs, run=run_sweep) trains by run(runs, jobs, threads) and counts what it
+    returns; none with --report-only); render(a, got, provenance) printed: `wrote`."""
     t0, trained = time.time(), []
     if a.plan:
         return show_plan(a, plan(a))
@@ -265,7 +266,8 @@ def experiment_main(a, argv, *, show_plan, train, render, wrote, plan=lambda a: 
         if a.reuse and inherit:  # the invocations that made the runs DIR gives come first
             inherit_invocations(a.out, reused_report(a.reuse))
         prov = None if a.report_only else Provenance(a.out, argv)
-        got = train(a, runs, lambda rs: trained.append(0 if a.report_only else len(run_sweep(rs, a.jobs, a.threads))))
+        sweep = lambda rs, run=run_sweep: trained.append(0 if a.report_only else len(run(rs, a.jobs, a.threads)))  # noqa: E731
+        got = train(a, runs, sweep)
         text = render(a, got, kept_provenance(a.out) if a.report_only else prov.finish(runs_trained=sum(trained)))
     print(wrote.format(text=text, out=a.out, s=time.time() - t0))
 

@@ -26,7 +26,7 @@ CLAIMS = [
           {"condition": "none"}, only=("sorting",), **TOKEN),
     Claim("attention layers carry the algorithmic benefit", "attention-only transfer keeps it (against MLP-only)",
           [{"condition": f"{k} (attn)"} for k in KINDS], [{"condition": f"{k} (mlp)"} for k in KINDS], **dict(TOKEN, note=
-          "token-level accuracy, %; not run to n = 8: 80% power needs 16 pairs, 10 more runs of 30-45 CPU-min")),
+          "token-level accuracy, %; HAYSTACK: n = 8 not run (80% power needs 16 pairs; 10 more runs of 30-45 CPU-min)")),
     Claim("merging attention from one kind with MLP from another combines their benefits", "combines the benefits",
           {"condition": "attn-dyck+mlp-set"}, {"condition": "none"}, **TOKEN),
     Claim("attention for code and math, MLP for natural language (semantic warm-ups)",
