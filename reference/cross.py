@@ -48,6 +48,8 @@ OUR_TRANSFER = {("full", "mean"): pa.transfer_flags("full"), ("attn", "random"):
 # CPU seconds a 1-thread run, measured on the 2-core EPYC: their fine-tuning step (1,000 records), their Dyck step
 # (64 rows), our fine-tuning step: what --plan estimates with
 PACE = {"theirs": 0.84, "pretrain": 0.24, "ours": 0.17}
+
+
 def parse_args(argv=None):
     p = common.sweep_parser(__doc__, "out/procedural-reference", [
         ("authors-repo", str, "their checkout (github.com/zlshinnick/procedural-pretraining; only read)"),
@@ -80,7 +82,8 @@ def plan(a):
     harness = lambda sub, folder: [*here, sub, "--authors-repo", a.authors_repo, "--venv", a.venv, "--out", folder,  # noqa: E731
                                    *(["--authors-git", a.authors_git] if a.authors_git else [])]
     jobs = {}
-    for name, steps, every in (("pre-dyck-theirs", a.pretrain_steps, min(100, a.pretrain_steps)), ("pre-near-init", NEAR_INIT_STEPS, NEAR_INIT_STEPS)):
+    for name, steps, every in (("pre-dyck-theirs", a.pretrain_steps, min(100, a.pretrain_steps)),
+                               ("pre-near-init", NEAR_INIT_STEPS, NEAR_INIT_STEPS)):  # validation every: their checkpoints
         f = out / name
         jobs[name] = dict(name=name, kind="pretrain", folder=f, needs=[], meta=dict(part="pretrain", steps=steps),
                           cmd=[str(c) for c in harness("pretrain", f) + ["--max-steps", steps, "--val-every", every]])
@@ -98,8 +101,8 @@ def plan(a):
                     cmd += [] if start is None else ["--pretrained", start_path(a, start, "theirs"),
                                                      *THEIR_TRANSFER[mode, rows]]
                 else:
-                    ns = type("A", (), dict(records=a.steps * pa.TASKS["haystack"]["batch"], data_seed=0,
-                                            eval_records=50 * pa.TASKS["haystack"]["batch"], task_test=a.task_test))
+                    ns = argparse.Namespace(records=a.steps * pa.TASKS["haystack"]["batch"], data_seed=0,
+                                            eval_records=50 * pa.TASKS["haystack"]["batch"], task_test=a.task_test)
                     cmd = [sys.executable, str(ROOT / "train.py"), *pa.task_argv(ns, "haystack", seed), "--out", f,
                            "--resume", "--threads", 1, "--no-plot", "--no-progress"]
                     cmd += [] if start is None else ["--init-from", start_path(a, start, "ours"),
@@ -229,7 +232,8 @@ def record(a, job):
     if job["kind"] == "theirs":
         c = s["curve"]
         curve = [[st, 100 * acc] for st, acc in zip(c["steps"], c["accuracy"])]
-        return dict(r, token=curve[-1][1] if curve and curve[-1][0] == s["steps"] else None, curve=curve, steps=s["steps"], cpu_seconds=s["cpu_seconds"])
+        return dict(r, token=curve[-1][1] if curve and curve[-1][0] == s["steps"] else None, curve=curve,
+                    steps=s["steps"], cpu_seconds=s["cpu_seconds"])
     from evaluate import task_scores
     ev = sorted((e["iter"], 100 * e["accuracy"]) for e in common.read_events(f, "eval"))
     return dict(r, token=100 * task_scores(f, "haystack", 0, a.task_test)["token"], curve=[list(x) for x in ev],
@@ -249,17 +253,20 @@ def cell_table(recs):
 
 
 def regime(a, runs, provenance):
-    pre = next((r for r in runs if r["name"] == "pre-dyck-theirs"), None)
+    pre, ours = (next((r for r in runs if r["name"] == n), None) for n in ("pre-dyck-theirs", "pre-dyck-ours"))
     where = f" {provenance['wall_seconds'] / 60:.0f} min wall in all." if provenance else ""
     dyck = (f"their dyck.py (2_4_16, k = 16, 128 tokens, batch 64, lr 5e-5 constant, dropout 0.1, decay 0.01 on every "
             f"weight, fresh rows) for {pre['steps']:,} steps (theirs: up to 1,000,000): validation {pre['val'][-1][1]:.3f} "
             f"nats against the data's entropy {pre['entropy']:.3f}, token accuracy {pre['val'][-1][2]:.3f}; the kept "
-            f"checkpoint (best validation accuracy, {pre['best_val_accuracy']:.3f}) is step {pre['best_step']:,}"
+            f"checkpoint (best validation accuracy, {pre['best_val_accuracy']:.3f}) is step {pre['best_step']:,}, "
+            f"validation {next(v[1] for v in pre['val'] if v[0] == pre['best_step']):.3f} nats there"
             if pre else "their dyck.py (not run yet)")
+    mine = (f"{ours['val_loss']:.3f} nats against {ours['entropy']:.3f}, {ours['steps']:,} steps at lr "
+            f"{ours['lr']:g}, no dropout" if ours else "not recorded")
     return (f"HAYSTACK (condattendstream_30, 2_4_16 GPT-2, batch 1,000) fine-tuned {a.steps:,} steps in every cell "
             f"(theirs: 10,000; their schedule compressed: 500 warm-up steps, cosine to 0 at step {a.steps:,}), {a.seeds} "
             f"seed(s), by their experiment_stream.py (HF Trainer, their venv) and by our train.py. Dyck by {dyck}; ours: "
-            f"the committed model of experiments/results/procedural (2.00 nats against 1.976, lr 3e-3, no dropout). "
+            f"the committed model of experiments/results/procedural ({mine}). "
             f"Near-initialisation: their dyck.py after {NEAR_INIT_STEPS} steps." + where)
 
 
@@ -276,9 +283,10 @@ def render(a, runs, n_planned, provenance):
         f"{(authors or {}).get('commit') or 'unknown'}. {len(runs)} of {n_planned} runs finished.", "",
         provenance_line(provenance), "", f"**Regime.** {reg}", "", RULE, "", *table(verdicts), "",
         *md_section("Every cell", front["title"] + ".", *split(front["lines"])), "Figure: curves.png."])
-    common.write_report(a.out, text + "\n", source=SOURCE, regime=reg, figures=["curves.png"], verdicts=verdicts, claims="reference.cross_claims",
-                        provenance=provenance, front_table=front, settings=common.settings_json(
-                            a, leave_out=common.INVOCATION_FLAGS + ("authors_repo", "venv", "authors_git")),
+    common.write_report(a.out, text + "\n", source=SOURCE, regime=reg, figures=["curves.png"], verdicts=verdicts,
+                        claims="reference.cross_claims", provenance=provenance, front_table=front,
+                        settings=common.settings_json(a, leave_out=common.INVOCATION_FLAGS + ("authors_repo", "venv",
+                                                                                                 "authors_git")),
                         n_planned=n_planned, authors=authors, runs=runs)
     figure(recs, a.out / "curves.png")
     return text
@@ -322,13 +330,24 @@ def show_plan(a, jobs):
 def train(a, jobs, sweep):
     """The runs not finished (none with --report-only), then every finished run's record."""
     sweep(jobs, run=lambda js, n, threads: run_jobs(js, n))
-    return [r for j in jobs.values() if (r := record(a, j))]
+    return [r for j in jobs.values() if (r := record(a, j))] + [our_dyck()]
+
+
+def our_dyck():
+    """Our Dyck start as the committed procedural report records it (its model as last trained: `retrained`)."""
+    rep = read(OUR_DYCK.parents[1] / "report.json")
+    r = next(r for r in rep["runs"] if r["name"] == OUR_DYCK.stem)
+    last = r.get("retrained") or r
+    lr = float(r["argv"][r["argv"].index("--lr") + 1])
+    return dict(name="pre-dyck-ours", part="ours-pretrain", val_loss=last["val_loss"], entropy=r["entropy"],
+                steps=last["steps"], lr=lr, checkpoint=str(OUR_DYCK.relative_to(ROOT)))
 
 
 def main(argv=None):
     a = parse_args(argv)
     common.experiment_main(
-        a, argv, plan=plan, show_plan=show_plan, rebuild=rebuild, inherit=False, train=train, render=lambda a, runs, prov: render(a, runs, len(plan(a)), prov),
+        a, argv, plan=plan, show_plan=show_plan, rebuild=rebuild, inherit=False, train=train,
+        render=lambda a, runs, prov: render(a, runs, len(plan(a)), prov),
         wrote="\n{text}\n\nwrote {out}/report.md, report.json and curves.png ({s:.0f} s in all)")
 
 

@@ -88,9 +88,10 @@ def test_a_run_is_finished_only_at_its_own_budget_and_only_a_finished_one_is_rea
 
 def fake_runs(lift):
     """Fine-tuning records as cross.record makes them: their Dyck lifts their fine-tuning by `lift` points."""
-    rng, runs = random.Random(0), [dict(name="pre-dyck-theirs", part="pretrain", steps=5000, val=[[5000, 2.9, 0.4]],
-                                        entropy=1.9756, best_step=4900, best_val_accuracy=0.41,
-                                        authors={"commit": "abc"}, cpu_seconds=1200.0)]
+    rng, runs = random.Random(0), [dict(name="pre-dyck-theirs", part="pretrain", steps=5000, entropy=1.9756,
+                                        val=[[4900, 2.95, 0.41], [5000, 2.9, 0.4]], best_step=4900,
+                                        best_val_accuracy=0.41, authors={"commit": "abc"}, cpu_seconds=1200.0),
+                                   cross.our_dyck()]
     for seed in range(3):
         for ft in PIPELINES:
             for cond, (start, _, _) in CELLS.items():
@@ -106,6 +107,7 @@ def test_the_report_reads_the_claims_and_rebuilds_byte_identical(tmp_path):
                            jobs=2, threads=0, reuse=None, report_only=False, authors_repo="x", venv="y", authors_git=None)
     text = cross.render(a, fake_runs(lift=88), 44, None)
     rep = json.loads((tmp_path / "report.json").read_text())
+    assert "is step 4,900, validation 2.950 nats there" in rep["regime"] and "2.002 nats against 1.976" in rep["regime"]
     assert rep["claims"] == "reference.cross_claims" and rep["settings"]["steps"] == 100 and "venv" not in rep["settings"]
     first = rep["verdicts"][0]  # their Dyck, full transfer: +88 in their fine-tuning, nothing in ours
     by = {c["cell"]: c for c in first["cells"]}
