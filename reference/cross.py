@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments.lib import common, procedural_authors as pa  # noqa: E402
-from experiments.lib.claims import finite, fmt_mean_std, md_section, read_all, table, welch, RULE  # noqa: E402
+from experiments.lib.claims import finite, fmt_mean_std, md_section, md_table, read_all, table, welch, RULE  # noqa: E402
 from reference.cross_claims import CELLS, CLAIMS, PIPELINES, records as readings  # noqa: E402
 from experiments.lib.provenance import provenance_line  # noqa: E402
 from data.common import UserError  # noqa: E402
@@ -130,7 +130,7 @@ def flag(cmd, name):
 def finished(job):
     """A run that ended at its own budget: ours at its --iters; theirs with exit 0 at its steps, a pre-training also
     with its start kept (kept_start)."""
-    s, cmd = read(job["folder"] / "summary.json"), job["cmd"]
+    s, cmd = common.read_summary(job["folder"]), job["cmd"]
     if s is None:
         return False
     if job["kind"] == "ours":
@@ -140,20 +140,13 @@ def finished(job):
         job["kind"] != "pretrain" or (job["folder"] / "start-ours.pt").exists())
 
 
-def read(path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def kept_start(job):
     """Their pre-training's kept checkpoint (best validation token accuracy) copied to start-theirs.pth and converted
     to ours in start-ours.pt (reference/convert.py): what the fine-tuning runs start from."""
     import torch
     from checkpoint import save_checkpoint
     from reference.convert import theirs_to_ours
-    s = read(job["folder"] / "summary.json")
+    s = common.read_summary(job["folder"])
     best = (s or {}).get("checkpoints", {}).get("best")
     if not best:
         raise UserError(f"{job['folder']}/summary.json names no kept checkpoint; see its stderr.txt")
@@ -181,7 +174,7 @@ def run_jobs(jobs, n):
     """Every unfinished job, n at a time, each once what it needs has finished; their pre-training's start kept.
     Returns the names of the runs it finished."""
     for j in jobs.values():  # a pre-training that ended before its start was kept (an interrupted sweep)
-        s = read(j["folder"] / "summary.json") if j["kind"] == "pretrain" else None
+        s = common.read_summary(j["folder"]) if j["kind"] == "pretrain" else None
         if s and s.get("returncode") == 0 and not (j["folder"] / "start-ours.pt").exists():
             keep(j)
     todo = [j for j in jobs.values() if not finished(j)]
@@ -220,7 +213,7 @@ def run_jobs(jobs, n):
 
 def record(a, job):
     """One finished run's record: a fine-tuning run's token accuracy (%) and curve, their pre-training's summary."""
-    s, f = read(job["folder"] / "summary.json"), job["folder"]
+    s, f = common.read_summary(job["folder"]), job["folder"]
     if not finished(job):  # not run, stopped, or failed part-way (its last evaluation is not the end's)
         return None
     r = dict(name=job["name"], **job["meta"])
@@ -241,15 +234,15 @@ def record(a, job):
 
 
 def cell_table(recs):
-    """Every cell's mean ± sd (n) in both pipelines, and theirs against ours by Welch's test (no shared batches)."""
+    """(header, rows): every cell's mean ± sd (n) in both pipelines, and theirs against ours by Welch's test (no
+    shared batches)."""
     rows = []
     for cond in CELLS:
         arm = {ft: finite(r["token"] for r in recs if r["finetune"] == ft and r["condition"] == cond) for ft in PIPELINES}
         w = welch(arm["theirs"], arm["ours"], lower_is_better=False)
         rows.append([cond, *(f"{fmt_mean_std(arm[ft], '{:.1f}')} (n = {len(arm[ft])})" for ft in PIPELINES),
                      f"{w['diff']:+.1f}, p = {w['p']:.3f}" if w["p"] is not None else "-"])
-    return ["| start (transfer) | their fine-tuning | our fine-tuning | theirs - ours (Welch) |",
-            "|---|---|---|---|"] + [f"| {' | '.join(r)} |" for r in rows]
+    return ["start (transfer)", "their fine-tuning", "our fine-tuning", "theirs - ours (Welch)"], rows
 
 
 def regime(a, runs, provenance):
@@ -274,15 +267,16 @@ def render(a, runs, n_planned, provenance):
     recs = readings({"runs": runs})
     verdicts = read_all(CLAIMS, recs)
     authors = next((r["authors"] for r in runs if r["part"] == "pretrain"), None)
+    header, rows = cell_table(recs)
     front = dict(title="HAYSTACK token accuracy (%) after the same fine-tuning budget, by start and fine-tuning "
-                 "pipeline (their code unchanged, and ours)", lines=cell_table(recs))
+                 "pipeline (their code unchanged, and ours)", lines=md_table(header, rows))
     reg = regime(a, runs, provenance)
     text = "\n".join([
         "# Procedural pre-training: the authors' pipeline beside ours, crossed", "",
         f"{SOURCE['title']} (arXiv {SOURCE['arxiv']}). `python reference/cross.py`; their code at commit "
         f"{(authors or {}).get('commit') or 'unknown'}. {len(runs)} of {n_planned} runs finished.", "",
         provenance_line(provenance), "", f"**Regime.** {reg}", "", RULE, "", *table(verdicts), "",
-        *md_section("Every cell", front["title"] + ".", *split(front["lines"])), "Figure: curves.png."])
+        *md_section("Every cell", front["title"] + ".", header, rows), "Figure: curves.png."])
     common.write_report(a.out, text + "\n", source=SOURCE, regime=reg, figures=["curves.png"], verdicts=verdicts,
                         claims="reference.cross_claims", provenance=provenance, front_table=front,
                         settings=common.settings_json(a, leave_out=common.INVOCATION_FLAGS + ("authors_repo", "venv",
@@ -290,12 +284,6 @@ def render(a, runs, n_planned, provenance):
                         n_planned=n_planned, authors=authors, runs=runs)
     figure(recs, a.out / "curves.png")
     return text
-
-
-def split(lines):
-    """A Markdown table's lines -> (header, rows), for md_section."""
-    cells = [ln.strip("|").split(" | ") for ln in lines]
-    return [c.strip() for c in cells[0]], [[c.strip() for c in r] for r in cells[2:]]
 
 
 def figure(recs, path):
@@ -335,7 +323,7 @@ def train(a, jobs, sweep):
 
 def our_dyck():
     """Our Dyck start as the committed procedural report records it (its model as last trained: `retrained`)."""
-    rep = read(OUR_DYCK.parents[1] / "report.json")
+    rep = json.loads((OUR_DYCK.parents[1] / "report.json").read_text())
     r = next(r for r in rep["runs"] if r["name"] == OUR_DYCK.stem)
     last = r.get("retrained") or r
     lr = float(r["argv"][r["argv"].index("--lr") + 1])
