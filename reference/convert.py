@@ -49,7 +49,7 @@ def gpt2_shapes(vocab_size, n_positions, n_embd, n_layer):
     return shapes
 
 
-def _layout(sd, side):
+def layout(sd, side):
     """(vocab, positions, width, layers) read off a state dict's embeddings and layer numbers."""
     for k in ("transformer.wte.weight", "transformer.wpe.weight"):
         if k not in sd:
@@ -108,7 +108,7 @@ def ours_to_theirs(state_dict, model_config=None, target=None):
         bad.append(f"residual_scale {scale.tolist()}: a ProRes warm-up in progress has no GPT-2 counterpart")
     if bad:
         raise ConversionError("our model is not a GPT-2:\n  " + "\n  ".join(bad))
-    V, T, C, L = _layout(sd, "our")
+    V, T, C, L = layout(sd, "our")
     ours = {k: (s[::-1] if _is_conv(k) else s) for k, s in gpt2_shapes(V, T, C, L).items()}
     out = _convert(sd, ours, True, "our", _why_ours)
     if target is not None:
@@ -123,9 +123,9 @@ def theirs_to_ours(state_dict, model_config=None):
     sd = {k: v for k, v in state_dict.items() if not k.endswith(MASK_BUFFERS)}
     if "lm_head.weight" not in sd and "transformer.wte.weight" in sd:
         sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    layout = _layout(sd, "their")
-    out = _convert(sd, gpt2_shapes(*layout), True, "their", lambda k: "not a GPT2LMHeadModel tensor")
-    out["residual_scale"] = torch.ones(layout[3])
+    shape = layout(sd, "their")
+    out = _convert(sd, gpt2_shapes(*shape), True, "their", lambda k: "not a GPT2LMHeadModel tensor")
+    out["residual_scale"] = torch.ones(shape[3])
     if model_config is not None:
         from model import GPT, GPTConfig
         cfg = {k: v for k, v in dict(model_config).items() if k in GPTConfig.__dataclass_fields__}

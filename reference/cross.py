@@ -145,16 +145,16 @@ def kept_start(job):
     to ours in start-ours.pt (reference/convert.py): what the fine-tuning runs start from."""
     import torch
     from checkpoint import save_checkpoint
-    from reference.convert import theirs_to_ours
+    from reference.convert import layout, theirs_to_ours
     s = common.read_summary(job["folder"])
     best = (s or {}).get("checkpoints", {}).get("best")
     if not best:
         raise UserError(f"{job['folder']}/summary.json names no kept checkpoint; see its stderr.txt")
     sd = torch.load(best, map_location="cpu", weights_only=True)["model"]
     save_checkpoint(job["folder"] / "start-theirs.pth", {"model": sd})
-    (vocab, width), layers = sd["transformer.wte.weight"].shape, {k.split(".")[2] for k in sd if k.startswith("transformer.h.")}
-    cfg = dict(vocab_size=vocab, block_size=sd["transformer.wpe.weight"].shape[0], n_layer=len(layers),
-               n_head=DYCK_HEADS, n_embd=width, bias=True, dropout=0.0,
+    vocab, positions, width, layers = layout(sd, "their")
+    cfg = dict(vocab_size=vocab, block_size=positions, n_layer=layers, n_head=DYCK_HEADS, n_embd=width, bias=True,
+               dropout=0.0,
                tie_weights=torch.equal(sd["transformer.wte.weight"], sd.get("lm_head.weight", sd["transformer.wte.weight"])))
     save_checkpoint(job["folder"] / "start-ours.pt", {"model": theirs_to_ours(sd, cfg), "model_config": cfg})
 
