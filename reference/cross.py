@@ -179,7 +179,7 @@ def run_jobs(jobs, n):
             keep(j)
     todo = [j for j in jobs.values() if not finished(j)]
     print(f"{len(jobs) - len(todo)} of {len(jobs)} runs already finished; {len(todo)} to run, {n} at a time")
-    done, failed, trained = {j["name"] for j in jobs.values() if finished(j)}, [], []
+    done, failed, trained = {j["name"] for j in jobs.values() if j not in todo}, [], []
 
     def one(j):
         j["folder"].mkdir(parents=True, exist_ok=True)
