@@ -53,8 +53,7 @@ CONDITIONS = {
     "ablation-norm": ("musicL", "musicL-norm", "norm", "epochs"),
     "ablation-embed": ("ladder", "ladder-fresh-embed", "attn,mlp,norm,pos", "epochs"),  # poetry's embeddings fresh
     "long-random": (None, "long-random", None, "long"),          # the long pair: prose to a plateau
-    "long-ladder": ("ladder", "long-ladder", None, "long"),
-}
+    "long-ladder": ("ladder", "long-ladder", None, "long")}
 PRETRAIN = {  # pre-training run key -> (stage flag, music chunks in units of N or None, --init-from key, steps flag)
     "musicL": ("music_stage", 3, None, "music_steps"), "musicS": ("music_stage", 1, None, "music_steps"),
     "synthL": ("synthetic_stage", 3, None, "music_steps"), "synthS": ("synthetic_stage", 1, None, "music_steps"),

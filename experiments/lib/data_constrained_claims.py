@@ -54,8 +54,7 @@ CLAIMS = [
     Claim("strong decay closes most of the AR-MDLM gap", "closes most of the AR-dLLM gap",
           treat={"kind": "mdlm", "arm": "tuned"}, base={"kind": "mdlm", "arm": "half-weak"}, metric="gap",
           pair_by=("size", "U", "seed"), note="gap = MDLM - AR (wd) at the same size, U and seed; most: the tuned "
-          "decay's gap against half the weak decay's"),
-]
+          "decay's gap against half the weak decay's")]
 
 
 def records(rep):

@@ -41,8 +41,7 @@ CLAIMS = [
     Claim("music helps through attention and the MLP", "music helps attention / FFN",
           [arm("ablation-attn"), arm("ablation-mlp")], arm("random"), **PPL),
     Claim("poetry helps through the token embeddings", "poetry calibrates the embeddings",
-          arm("ladder"), arm("ablation-embed"), **PPL),
-]
+          arm("ladder"), arm("ablation-embed"), **PPL)]
 
 # (number, contribution, the paper's number, the CLAIMS it rests on by index): its verdict combines theirs
 SIX = [
@@ -59,8 +58,7 @@ SIX = [
     (5, "the value of more music depends on capacity",
      "12k vs 36k chunks: 36k is 3.1% worse at d16, 3.3% better at d32, 6.1% better at d64", (6,)),
     (6, "the gap survives long training", "at d64 the ladder stays 5.5% below random init at the plateau (p = 0.017)",
-     (5,)),
-]
+     (5,))]
 
 
 def records(report):

@@ -33,28 +33,32 @@ SMALL_SEQ = dict(V=21, L=20)
 DYCK_LENGTH = 128        # their script's for the diagnostic model
 SHUFFLED = "-shuffled"
 
+# each difference with the factor of the crossed design (reference/cross.py) that tests it, with that factor's others
+CROSSED = {"start": "tested by its start factor (their Dyck model against ours)",
+           "fine-tuning": "tested by its fine-tuning factor (their pipeline against ours)", "both": "tested by both"}
 DIFFERENCES = (
-    "Pre-training lr 3e-3 for the d = 16 models (--pretrain-lr; theirs 5e-5 in dyck.py and algorithmic.py, 5e-4 in "
-    "their yaml, which multiplication's d = 512 keeps): at 5e-5 dyck.py runs up to 1,000,000 steps. Constant, no "
-    "warm-up, as dyck.py; algorithmic.py warms up 1,000 steps, then cosine to 0 at 20,000.",
-    "Pre-training on the d = 16 model stops by a rule on the validation loss (8 evaluations of 250 steps without "
-    "beating the best by 0.001 nats, or 20,000 steps), the quantity compared with the data's entropy, and transfers "
-    "its last checkpoint; theirs keeps the checkpoint of best validation accuracy (algorithmic.py: stopping after 50 "
-    "checks of 10 steps without a better one). One pre-trained model per kind (seed 0) serves every diagnostic seed.",
-    "No dropout in pre-training (theirs 0.1): with dropout PyTorch's CPU attention leaves its fused kernel "
-    "(6.6x slower at 128 tokens).",
-    "AdamW decays only the matrices of attention, MLP and an untied head; theirs every weight but biases and norms "
-    "(every weight in pre-training, procedural_pretraining/dyck.py:321).",
-    "Pre-training batches are drawn with replacement from a pool of rows (Dyck: 500,000); theirs draws 64,000 fresh "
-    "rows every 1,000 steps (procedural_pretraining/dyck.py:374-381).",
-    "The training stream is drawn from each step's seed (a resumed run sees the same records; every condition at "
-    "one seed the same batches) and the test set from --data-seed alone; theirs draws both from the run's seed "
-    "(experiment_stream.py:61, 77, 186-191).",
-    "The curve is evaluated every --eval-records records (theirs every 50 steps) on the exact-answer accuracy, "
-    "which on HAYSTACK is their token-level accuracy; the token-level accuracy of the other tasks is measured on "
-    "the final weights.",
-    "The exact GELU (erf) in the MLP; their HF GPT-2 its tanh approximation ('gelu_new'): a tiny model converted "
-    "to theirs gives logits ~2e-4 apart, exactly equal with 'gelu' (tests/test_reference_procedural.py).",
+    ("Pre-training lr 3e-3 for the d = 16 models (--pretrain-lr; theirs 5e-5 in dyck.py and algorithmic.py, 5e-4 in "
+     "their yaml, which multiplication's d = 512 keeps): at 5e-5 dyck.py runs up to 1,000,000 steps. Constant, no "
+     "warm-up, as dyck.py; algorithmic.py warms up 1,000 steps, then cosine to 0 at 20,000.", "start"),
+    ("Pre-training on the d = 16 model stops by a rule on the validation loss (8 evaluations of 250 steps without "
+     "beating the best by 0.001 nats, or 20,000 steps), the quantity compared with the data's entropy, and transfers "
+     "its last checkpoint; theirs keeps the checkpoint of best validation accuracy (algorithmic.py: stopping after 50 "
+     "checks of 10 steps without a better one). One pre-trained model per kind (seed 0) serves every diagnostic "
+     "seed.", "start"),
+    ("No dropout in pre-training (theirs 0.1): with dropout PyTorch's CPU attention leaves its fused kernel "
+     "(6.6x slower at 128 tokens).", "start"),
+    ("AdamW decays only the matrices of attention, MLP and an untied head; theirs every weight but biases and norms "
+     "(every weight in pre-training, procedural_pretraining/dyck.py:321).", "both"),
+    ("Pre-training batches are drawn with replacement from a pool of rows (Dyck: 500,000); theirs draws 64,000 fresh "
+     "rows every 1,000 steps (procedural_pretraining/dyck.py:374-381).", "start"),
+    ("The training stream is drawn from each step's seed (a resumed run sees the same records; every condition at "
+     "one seed the same batches) and the test set from --data-seed alone; theirs draws both from the run's seed "
+     "(experiment_stream.py:61, 77, 186-191).", "fine-tuning"),
+    ("The curve is evaluated every --eval-records records (theirs every 50 steps) on the exact-answer accuracy, "
+     "which on HAYSTACK is their token-level accuracy; the token-level accuracy of the other tasks is measured on "
+     "the final weights.", "fine-tuning"),
+    ("The exact GELU (erf) in the MLP; their HF GPT-2 its tanh approximation ('gelu_new'): a tiny model converted to "
+     "theirs gives logits ~2e-4 apart, equal with 'gelu' (tests/test_reference_procedural.py).", "fine-tuning"),
 )
 
 

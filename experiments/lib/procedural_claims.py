@@ -36,8 +36,7 @@ CLAIMS = [
           "data reach the baseline's loss", {"condition": "dyck-P1500"}, {"condition": "none"}, **LOSS),
     Claim("a small procedural warm-up lowers the semantic loss at a fixed budget (additive regime)",
           "0.1-0.3% procedural tokens lower the loss", [{"condition": f"dyck-P{p}"} for p in SIZES],
-          {"condition": "none"}, **LOSS),
-]
+          {"condition": "none"}, **LOSS)]
 
 
 def records(rep):

@@ -167,7 +167,8 @@ def render(a, runs, n_planned, out, provenance):
              "", f"**Regime.** {reg}", "", "## The paper's claims beside ours", "", RULE, "", *table(entries), "",
              "## Checks", "", *check_lines(check_list), "", *cell_lines(recs), *pretrain_lines(runs)]
     if authors:
-        lines += ["## What differs from the authors, and why", ""] + [f"- {d}" for d in pa.DIFFERENCES] + [""]
+        lines += ["## What differs from the authors, and why", ""] + [
+            f"- {d} Crossed (procedural-reference): {pa.CROSSED[c]}." for d, c in pa.DIFFERENCES] + [""]
     text = "\n".join(lines + ["Figures: `curves.png` (accuracy or loss along each run), `accuracy.png` (the final "
                               "accuracies). Every run's numbers and flags: `report.json`.", ""])
     plot_all(recs, out)

@@ -63,8 +63,7 @@ CLAIMS = [
            "b of log RMS = a + b l over the blocks, per run; placements without a norm on the residual stream",
            fmt="{:.4f}", open_stream=True),
     Claim("ProRes raises zero-shot accuracy", "+1.27% average zero-shot accuracy", treat={"kind": "downstream"},
-          base={"kind": "downstream"}, metric="accuracy", lower_is_better=False),
-]
+          base={"kind": "downstream"}, metric="accuracy", lower_is_better=False)]
 
 
 def loss_rule(sd, factor="{:g}"):
