@@ -22,6 +22,7 @@ reference/convert.py. Read by the one engine, experiments/lib/claims.py (CLAIMS 
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -263,13 +264,34 @@ def regime(a, runs, provenance):
             f"Near-initialisation: their dyck.py after {NEAR_INIT_STEPS} steps." + where)
 
 
+def outcome(verdicts, recs):
+    """Which of the issue's outcomes holds, from the claims against random init: the starts that lift HAYSTACK
+    clearly (p < 0.05, better) in each fine-tuning pipeline, and the best cell's mean against the paper's 98%."""
+    lifts = {ft: [claim.treat["condition"] for v, claim in zip(verdicts, CLAIMS) if claim.base == {"condition": "none"}
+                  for c in v["cells"] if c["cell"] == ft and c["clear"] and c["better"]] for ft in PIPELINES}
+    means = {(ft, cond): statistics.mean(xs) for ft in PIPELINES for cond in CELLS
+             if (xs := finite(r["token"] for r in recs if r["finetune"] == ft and r["condition"] == cond))}
+    if not means:
+        return "Outcome: not measured yet."
+    says = {(True, False): "their pipeline lifts HAYSTACK and ours does not",
+            (False, True): "our pipeline lifts HAYSTACK and theirs does not",
+            (True, True): "both pipelines lift HAYSTACK",
+            (False, False): "neither pipeline lifts HAYSTACK from a Dyck start: their code, unchanged, does not "
+                            "reproduce the paper's lift at this budget"}[bool(lifts["theirs"]), bool(lifts["ours"])]
+    who = {"theirs": "their", "ours": "our"}
+    (ft, cond), best = max(means.items(), key=lambda kv: kv[1])
+    which = "; ".join(f"{who[ft]} fine-tuning from {', '.join(lifts[ft])}" for ft in PIPELINES if lifts[ft])
+    return (f"Outcome: {says}{f' (clearly above random init: {which})' if which else ''}; the best cell, {cond} by "
+            f"{who[ft]} fine-tuning, reaches {best:.1f}% against the paper's 98%")
+
+
 def render(a, runs, n_planned, provenance):
     recs = readings({"runs": runs})
     verdicts = read_all(CLAIMS, recs)
     authors = next((r["authors"] for r in runs if r["part"] == "pretrain"), None)
     header, rows = cell_table(recs)
     front = dict(title="HAYSTACK token accuracy (%) after the same fine-tuning budget, by start and fine-tuning "
-                 "pipeline (their code unchanged, and ours)", lines=md_table(header, rows))
+                 f"pipeline (their code unchanged, and ours). {outcome(verdicts, recs)}", lines=md_table(header, rows))
     reg = regime(a, runs, provenance)
     text = "\n".join([
         "# Procedural pre-training: the authors' pipeline beside ours, crossed", "",

@@ -17,8 +17,9 @@ TOKEN = dict(metric="token", lower_is_better=False, cells="finetune", label="{} 
              note="token-level accuracy at the answer, %")
 
 CLAIMS = [
-    Claim("Dyck pre-training lifts HAYSTACK: Dyck by their dyck.py, full transfer, mean rows", "10% -> 98% accuracy",
-          {"condition": "dyck-theirs"}, {"condition": "none"}, paper_value=88, **TOKEN),
+    Claim("Dyck pre-training lifts HAYSTACK", "10% -> 98% accuracy", {"condition": "dyck-theirs"},  # the paper's words
+          {"condition": "none"}, paper_value=88, **dict(TOKEN, note="Dyck by their dyck.py, full transfer, mean rows ("
+                                                        "their 'everything', 'average'); " + TOKEN["note"])),
     Claim("Dyck pre-training lifts HAYSTACK: our Dyck model, full transfer, mean rows", "10% -> 98% accuracy",
           {"condition": "dyck-ours"}, {"condition": "none"}, paper_value=88, **TOKEN),
     Claim("attention-only transfer keeps the benefit: Dyck by their dyck.py", "attention carries it",

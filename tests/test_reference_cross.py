@@ -116,6 +116,8 @@ def test_the_report_reads_the_claims_and_rebuilds_byte_identical(tmp_path):
     assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in CLAIMS]
     assert len(records(rep)) == 3 * len(CELLS) * len(PIPELINES)
     assert "| dyck-theirs | 8" not in text and "theirs - ours (Welch)" in text
+    assert ("Outcome: their pipeline lifts HAYSTACK and ours does not (clearly above random init: their fine-tuning "
+            "from dyck-theirs); the best cell, dyck-theirs by their fine-tuning, reaches 9") in rep["front_table"]["title"]
     before = {f: (tmp_path / f).read_bytes() for f in ("report.md", "report.json")}
     cross.rebuild(tmp_path)
     assert {f: (tmp_path / f).read_bytes() for f in before} == before
@@ -142,3 +144,16 @@ def test_their_kept_checkpoint_becomes_both_starts(tmp_path):
     assert all(torch.equal(back["model"][k], v) for k, v in ours.items())
     theirs = torch.load(pre["folder"] / "start-theirs.pth", weights_only=True)["model"]
     assert theirs.keys() == ours_to_theirs(ours, cfg).keys()
+
+
+def test_the_outcome_says_neither_lifts_it_when_no_start_beats_random_init():
+    runs = fake_runs(lift=0)
+    recs = records({"runs": runs})
+    said = cross.outcome(cross.read_all(CLAIMS, recs), recs)
+    assert said.startswith("Outcome: neither pipeline lifts HAYSTACK from a Dyck start")
+    cells = {(r["finetune"], r["condition"]) for r in recs}  # the best cell by its mean over seeds, not one run
+    mean = {c: sum(r["token"] for r in recs if (r["finetune"], r["condition"]) == c) / 3 for c in cells}
+    (ft, cond), best = max(mean.items(), key=lambda kv: kv[1])
+    assert f"the best cell, {cond} by {ft[:-1] if ft == 'theirs' else 'our'} fine-tuning, reaches {best:.1f}%" in said
+    assert not said.endswith(".")  # the title it ends goes on with ". "
+    assert cross.outcome([], []) == "Outcome: not measured yet."
