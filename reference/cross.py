@@ -264,9 +264,10 @@ def regime(a, runs, provenance):
             f"Near-initialisation: their dyck.py after {NEAR_INIT_STEPS} steps." + where)
 
 
-def outcome(verdicts, recs):
-    """Which of the issue's outcomes holds, from the claims against random init: the starts that lift HAYSTACK
-    clearly (p < 0.05, better) in each fine-tuning pipeline, and the best cell's mean against the paper's 98%."""
+def outcome(verdicts, recs, left=""):
+    """Which outcome holds, from the claims against random init: the starts that lift HAYSTACK clearly (p < 0.05,
+    better) in each fine-tuning pipeline, and the best cell's mean against the paper's 98%; where their pipeline lifts
+    nothing, `left`: what is left to try."""
     lifts = {ft: [claim.treat["condition"] for v, claim in zip(verdicts, CLAIMS) if claim.base == {"condition": "none"}
                   for c in v["cells"] if c["cell"] == ft and c["clear"] and c["better"]] for ft in PIPELINES}
     means = {(ft, cond): statistics.mean(xs) for ft in PIPELINES for cond in CELLS
@@ -281,8 +282,19 @@ def outcome(verdicts, recs):
     who = {"theirs": "their", "ours": "our"}
     (ft, cond), best = max(means.items(), key=lambda kv: kv[1])
     which = "; ".join(f"{who[ft]} fine-tuning from {', '.join(lifts[ft])}" for ft in PIPELINES if lifts[ft])
+    tail = f"; left to try: {left}" if left and not lifts["theirs"] else ""
     return (f"Outcome: {says}{f' (clearly above random init: {which})' if which else ''}; the best cell, {cond} by "
-            f"{who[ft]} fine-tuning, reaches {best:.1f}% against the paper's 98%")
+            f"{who[ft]} fine-tuning, reaches {best:.1f}% against the paper's 98%{tail}")
+
+
+def left_to_try(a, runs):
+    """What this budget left out of their recipe: their Dyck pre-training's length, the checkpoint their README
+    fine-tunes from (the latest), their fine-tuning's length."""
+    pre = next((r for r in runs if r["name"] == "pre-dyck-theirs"), None)
+    where = f", where it ended {pre['val'][-1][1]:.3f} nats against {pre['entropy']:.3f}" if pre else ""
+    return (f"their Dyck pre-training past {a.pretrain_steps:,} steps (theirs up to 1,000,000{where}), the latest "
+            f"checkpoint their README fine-tunes from (not the best-accuracy one), their 10,000 fine-tuning steps "
+            f"(here {a.steps:,})")
 
 
 def render(a, runs, n_planned, provenance):
@@ -291,7 +303,8 @@ def render(a, runs, n_planned, provenance):
     authors = next((r["authors"] for r in runs if r["part"] == "pretrain"), None)
     header, rows = cell_table(recs)
     front = dict(title="HAYSTACK token accuracy (%) after the same fine-tuning budget, by start and fine-tuning "
-                 f"pipeline (their code unchanged, and ours). {outcome(verdicts, recs)}", lines=md_table(header, rows))
+                 f"pipeline (their code unchanged, and ours). {outcome(verdicts, recs, left_to_try(a, runs))}",
+                 lines=md_table(header, rows))
     reg = regime(a, runs, provenance)
     text = "\n".join([
         "# Procedural pre-training: the authors' pipeline beside ours, crossed", "",
