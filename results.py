@@ -37,6 +37,7 @@ PAPERS = (("ladder", "The ladder: music, then poetry, then prose"),
 # the other presets' reports whose front table stands beside their paper's on RESULTS.md: (folder, on the README too)
 SHOWN = {"ladder": (("ladder-proportions", True), ("ladder-headline", True), ("ladder-scarcity", False)),
          "prores": (("prores-warmup", False), ("prores-pilot", False))}
+BUILT_BY = {"procedural-reference": "reference/cross.py"}  # a report not made by experiments/<paper>.py
 BEGIN, END = "<!-- results table: made by results.py -->", "<!-- end of results table -->"
 
 
@@ -54,8 +55,9 @@ def load(name):
     if not isinstance(rep, dict):
         shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
         why = "missing" if isinstance(rep, FileNotFoundError) else "not readable (torn, or not a JSON object)"
+        script = BUILT_BY.get(name, f"experiments/{name.split('-')[0]}.py")
         raise ReportError(f"{shown}: {why}; restore it with git checkout -- {shown}, or rebuild it with python "
-                          f"experiments/{name.split('-')[0]}.py --report-only --out {shown.parent} (from its runs)")
+                          f"{script} --report-only --out {shown.parent} (from its runs)")
     return rep
 
 
