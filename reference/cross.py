@@ -268,13 +268,17 @@ def outcome(verdicts, recs, left=""):
     """Which outcome holds, from the claims against random init: the starts that lift HAYSTACK clearly (p < 0.05,
     better) in each fine-tuning pipeline, and the best cell's mean against the paper's 98%; where their pipeline lifts
     nothing, `left`: what is left to try."""
-    lifts = {ft: [claim.treat["condition"] for v, claim in zip(verdicts, CLAIMS) if claim.base == {"condition": "none"}
-                  for c in v["cells"] if c["cell"] == ft and c["clear"] and c["better"]] for ft in PIPELINES}
+    against = [(v, claim.treat["condition"]) for v, claim in zip(verdicts, CLAIMS) if claim.base == {"condition": "none"}]
+    lifts = {ft: [cond for v, cond in against for c in v["cells"] if c["cell"] == ft and c["clear"] and c["better"]]
+             for ft in PIPELINES}
     means = {(ft, cond): statistics.mean(xs) for ft in PIPELINES for cond in CELLS
              if (xs := finite(r["token"] for r in recs if r["finetune"] == ft and r["condition"] == cond))}
     if not means:
         return "Outcome: not measured yet."
-    says = {(True, False): "their pipeline lifts HAYSTACK and ours does not",
+    few = any(len(v["cells"]) < len(PIPELINES) or any(c["p"] is None or min(c["n"] if isinstance(c["n"], list) else
+                                                                            [c["n"]]) < 3 for c in v["cells"])
+              for v, _ in against)
+    says = "too few runs to tell yet (a cell against random init has under 3 runs a side)" if few else {(True, False): "their pipeline lifts HAYSTACK and ours does not",
             (False, True): "our pipeline lifts HAYSTACK and theirs does not",
             (True, True): "both pipelines lift HAYSTACK",
             (False, False): "neither pipeline lifts HAYSTACK from a Dyck start: their code, unchanged, does not "
@@ -282,7 +286,7 @@ def outcome(verdicts, recs, left=""):
     who = {"theirs": "their", "ours": "our"}
     (ft, cond), best = max(means.items(), key=lambda kv: kv[1])
     which = "; ".join(f"{who[ft]} fine-tuning from {', '.join(lifts[ft])}" for ft in PIPELINES if lifts[ft])
-    tail = f"; left to try: {left}" if left and not lifts["theirs"] else ""
+    tail = f"; left to try: {left}" if left and not lifts["theirs"] and not few else ""
     return (f"Outcome: {says}{f' (clearly above random init: {which})' if which else ''}; the best cell, {cond} by "
             f"{who[ft]} fine-tuning, reaches {best:.1f}% against the paper's 98%{tail}")
 
