@@ -170,75 +170,15 @@ def test_the_outcome_names_the_starts_that_clearly_lift_it_and_what_is_left_wher
 def test_the_outcome_says_neither_lifts_it_when_no_start_beats_random_init():
     runs = fake_runs(lift=0)
     recs = records({"runs": runs})
-    said = cross.outcome(cross.read_all(CLAIMS, recs), recs)
-    assert said.startswith("Outcome: neither pipeline lifts HAYSTACK from a Dyck start")
+    text = cross.outcome(cross.read_all(CLAIMS, recs), recs)
+    assert text.startswith("Outcome: neither pipeline lifts HAYSTACK from a Dyck start")
     cells = {(r["finetune"], r["condition"]) for r in recs}  # the best cell by its mean over seeds, not one run
     mean = {c: sum(r["token"] for r in recs if (r["finetune"], r["condition"]) == c) / 3 for c in cells}
     (ft, cond), best = max(mean.items(), key=lambda kv: kv[1])
-    assert f"the best cell, {cond} by {ft[:-1] if ft == 'theirs' else 'our'} fine-tuning, reaches {best:.1f}%" in said
-    assert not said.endswith(".")  # the title it ends goes on with ". "
+    assert f"the best cell, {cond} by {ft[:-1] if ft == 'theirs' else 'our'} fine-tuning, reaches {best:.1f}%" in text
+    assert not text.endswith(".")  # the title it ends goes on with ". "
     a = argparse.Namespace(pretrain_steps=5000, steps=100)
-    said = cross.outcome(cross.read_all(CLAIMS, recs), recs, cross.left_to_try(a, runs))
+    text = cross.outcome(cross.read_all(CLAIMS, recs), recs, cross.left_to_try(a, runs))
     assert "; left to try: their Dyck pre-training past 5,000 steps (theirs up to 1,000,000, where it ended 2.900 " \
-        "nats against 1.976)" in said and "(here 100)" in said
+        "nats against 1.976)" in text and "(here 100)" in text
     assert cross.outcome([], []) == "Outcome: not measured yet."
-
-
-@pytest.mark.parametrize("lift, at, says", [
-    (-30, ("theirs", "dyck-theirs"), "neither pipeline lifts HAYSTACK"),  # clearly worse is no lift
-    (30, ("ours", "dyck-ours (attn)"), "our pipeline lifts HAYSTACK and theirs does not (clearly above random init: "
-                                       "our fine-tuning from dyck-ours (attn))"),
-    (30, ("theirs", "dyck-ours"), "their pipeline lifts HAYSTACK and ours does not (clearly above random init: "
-                                  "their fine-tuning from dyck-ours)"),
-    (30, ("theirs", "near-init"), "neither pipeline lifts HAYSTACK"),  # a control is not a start against none
-])
-def test_the_outcome_names_the_starts_that_clearly_lift_it_and_what_is_left_where_theirs_lifts_none(lift, at, says):
-    text = said(fake_runs(lift, at))
-    assert text.startswith(f"Outcome: {says}")
-    assert text.endswith("; left to try: LEFT") == (at[0] == "ours" or lift < 0 or at[1] == "near-init")
-    short = said(fake_runs(lift, at, seeds=2))  # under 3 runs a side: no verdict either way, nothing left to try
-    assert short.startswith("Outcome: too few runs to tell yet") and "left to try" not in short
-
-
-def test_the_outcome_says_neither_lifts_it_when_no_start_beats_random_init():
-    runs = fake_runs(lift=0)
-    recs = records({"runs": runs})
-    said = cross.outcome(cross.read_all(CLAIMS, recs), recs)
-    assert said.startswith("Outcome: neither pipeline lifts HAYSTACK from a Dyck start")
-    cells = {(r["finetune"], r["condition"]) for r in recs}  # the best cell by its mean over seeds, not one run
-    mean = {c: sum(r["token"] for r in recs if (r["finetune"], r["condition"]) == c) / 3 for c in cells}
-    (ft, cond), best = max(mean.items(), key=lambda kv: kv[1])
-    assert f"the best cell, {cond} by {ft[:-1] if ft == 'theirs' else 'our'} fine-tuning, reaches {best:.1f}%" in said
-    assert not said.endswith(".")  # the title it ends goes on with ". "
-    a = argparse.Namespace(pretrain_steps=5000, steps=100)
-    said = cross.outcome(cross.read_all(CLAIMS, recs), recs, cross.left_to_try(a, runs))
-    assert "; left to try: their Dyck pre-training past 5,000 steps (theirs up to 1,000,000, where it ended 2.900 " \
-        "nats against 1.976)" in said and "(here 100)" in said
-    assert cross.outcome([], []) == "Outcome: not measured yet."
-
-
-def test_the_committed_report_rebuilds_byte_identical_and_holds_the_issues_must_holds(tmp_path):
-    """experiments/results/procedural-reference, rebuilt from its report.json alone, byte for byte; its provenance
-    names their commit; every cell of both pipelines has n >= 3; the outcome is in the title RESULTS.md shows (#57)."""
-    import shutil
-    committed = cross.ROOT / "experiments/results/procedural-reference"
-    out = tmp_path / "r"
-    shutil.copytree(committed, out)
-    cross.main(["--report-only", "--out", str(out)])
-    for f in ("report.md", "report.json"):
-        assert (out / f).read_bytes() == (committed / f).read_bytes(), f
-    rep = json.loads((out / "report.json").read_text())
-    assert rep["authors"]["commit"] == "5356d9e941632ec21d988b4c42e0f935c5ee785d" and rep["authors"]["files_identical"]
-    assert rep["authors"]["commit"] in (out / "report.md").read_text()
-    recs = records(rep)
-    assert all(len({r["seed"] for r in recs if (r["finetune"], r["condition"]) == (ft, c)}) >= 3
-               for ft in PIPELINES for c in CELLS)
-    assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in CLAIMS] and all(
-        len(v["cells"]) == len(PIPELINES) for v in rep["verdicts"])
-    lifted = {(c["cell"], claim.treat["condition"]) for v, claim in zip(rep["verdicts"], CLAIMS)  # by p and sign alone
-              if claim.base == {"condition": "none"} for c in v["cells"] if c["p"] < 0.05 and c["change"] > 0}
-    title = rep["front_table"]["title"]
-    for ft, who in (("theirs", "their"), ("ours", "our")):  # the outcome names exactly the starts that lift
-        assert (f"{who} pipeline lifts HAYSTACK" in title or "both pipelines lift" in title) == any(
-            f == ft for f, _ in lifted)
-    assert all(f"{'their' if ft == 'theirs' else 'our'} fine-tuning from" in title and cond in title for ft, cond in lifted)
