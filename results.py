@@ -36,7 +36,8 @@ PAPERS = (("ladder", "The ladder: music, then poetry, then prose"),
           ("prores", "ProRes: progressive residual warmup"))
 # the other presets' reports whose front table stands beside their paper's on RESULTS.md: (folder, on the README too)
 SHOWN = {"ladder": (("ladder-proportions", True), ("ladder-headline", True), ("ladder-scarcity", False)),
-         "prores": (("prores-warmup", False), ("prores-pilot", False))}
+         "prores": (("prores-warmup", False), ("prores-pilot", False)),
+         "procedural": (("procedural-reference", False),)}
 BUILT_BY = {"procedural-reference": "reference/cross.py"}  # a report not made by experiments/<paper>.py
 BEGIN, END = "<!-- results table: made by results.py -->", "<!-- end of results table -->"
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+import results
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 REPORTS = sorted(p.parent.name for p in RESULTS.glob("*/report.json"))
@@ -138,7 +140,7 @@ def test_what_results_py_reads_is_there(name):
         assert set(v) >= {"claim", "paper", "ours", "test", "verdict"} and v["verdict"] in VERDICTS
     p = rep["provenance"]
     assert set(p) >= {"commit", "command", "hardware", "wall_seconds"} and len(p["commit"]) == 40
-    assert p["command"].split()[:2] == ["python", f"experiments/{name.split('-')[0]}.py"]
+    assert p["command"].split()[:2] == ["python", results.BUILT_BY.get(name, f"experiments/{name.split('-')[0]}.py")]
 
 
 def interval(cl, c):

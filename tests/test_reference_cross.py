@@ -182,3 +182,34 @@ def test_the_outcome_says_neither_lifts_it_when_no_start_beats_random_init():
     assert "; left to try: their Dyck pre-training past 5,000 steps (theirs up to 1,000,000, where it ended 2.900 " \
         "nats against 1.976)" in text and "(here 100)" in text
     assert cross.outcome([], []) == "Outcome: not measured yet."
+
+
+def test_the_committed_report_rebuilds_byte_identical_and_holds_the_issues_must_holds(tmp_path):
+    """experiments/results/procedural-reference, rebuilt from its report.json alone, byte for byte; its provenance
+    names their commit; every cell of both pipelines has n >= 3; the outcome is in the title RESULTS.md shows (#57)."""
+    import shutil
+    committed = cross.ROOT / "experiments/results/procedural-reference"
+    out = tmp_path / "r"
+    shutil.copytree(committed, out)
+    cross.main(["--report-only", "--out", str(out)])
+    for f in ("report.md", "report.json"):
+        assert (out / f).read_bytes() == (committed / f).read_bytes(), f
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["authors"]["commit"] == "5356d9e941632ec21d988b4c42e0f935c5ee785d" and rep["authors"]["files_identical"]
+    assert rep["authors"]["commit"] in (out / "report.md").read_text()
+    recs = records(rep)
+    assert all(len({r["seed"] for r in recs if (r["finetune"], r["condition"]) == (ft, c)}) >= 3
+               for ft in PIPELINES for c in CELLS)
+    assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in CLAIMS] and all(
+        len(v["cells"]) == len(PIPELINES) for v in rep["verdicts"])
+    lifted = {(c["cell"], claim.treat["condition"]) for v, claim in zip(rep["verdicts"], CLAIMS)  # by p and sign alone
+              if claim.base == {"condition": "none"} for c in v["cells"] if c["p"] < 0.05 and c["change"] > 0}
+    title = rep["front_table"]["title"]
+    for ft, who in (("theirs", "their"), ("ours", "our")):  # the outcome names exactly the starts that lift
+        assert (f"{who} pipeline lifts HAYSTACK" in title or "both pipelines lift" in title) == any(
+            f == ft for f, _ in lifted)
+    assert all(f"{'their' if ft == 'theirs' else 'our'} fine-tuning from" in title and cond in title for ft, cond in lifted)
+    mean = lambda ft, c: sum(r["token"] for r in recs if (r["finetune"], r["condition"]) == (ft, c)) / 3  # noqa: E731
+    readme = " ".join((cross.ROOT / "README.md").read_text().split())  # its sentence is this report's (wrapped)
+    assert f"from random init {mean('theirs', 'none'):.1f}% (ours {mean('ours', 'none'):.1f}%)" in readme
+    assert title in (cross.ROOT / "RESULTS.md").read_text()  # the outcome beside the procedural report's HAYSTACK row
