@@ -275,14 +275,15 @@ def outcome(verdicts, recs, left=""):
              if (xs := finite(r["token"] for r in recs if r["finetune"] == ft and r["condition"] == cond))}
     if not means:
         return "Outcome: not measured yet."
-    few = any(len(v["cells"]) < len(PIPELINES) or any(c["p"] is None or min(c["n"] if isinstance(c["n"], list) else
-                                                                            [c["n"]]) < 3 for c in v["cells"])
-              for v, _ in against)
-    says = "too few runs to tell yet (a cell against random init has under 3 runs a side)" if few else {(True, False): "their pipeline lifts HAYSTACK and ours does not",
+    cells = [c for v, _ in against for c in v["cells"]]
+    few = len(cells) < len(against) * len(PIPELINES) or any(
+        c["p"] is None or min(c["n"] if isinstance(c["n"], list) else [c["n"]]) < 3 for c in cells)
+    says = {(True, False): "their pipeline lifts HAYSTACK and ours does not",
             (False, True): "our pipeline lifts HAYSTACK and theirs does not",
             (True, True): "both pipelines lift HAYSTACK",
             (False, False): "neither pipeline lifts HAYSTACK from a Dyck start: their code, unchanged, does not "
                             "reproduce the paper's lift at this budget"}[bool(lifts["theirs"]), bool(lifts["ours"])]
+    says = "too few runs to tell yet (a cell against random init has under 3 runs a side)" if few else says
     who = {"theirs": "their", "ours": "our"}
     (ft, cond), best = max(means.items(), key=lambda kv: kv[1])
     which = "; ".join(f"{who[ft]} fine-tuning from {', '.join(lifts[ft])}" for ft in PIPELINES if lifts[ft])
