@@ -36,29 +36,66 @@ slowest), about 1-2 s more for the shuffled control; the generators loop over po
 Dyck, CA rows), never over sequences.
 """
 
+import hashlib
 import sys
 
 import numpy as np
 
 from .common import Corpus
 
-KINDS = ("identity", "reverse", "sort", "set", "union", "delete", "stack", "dyck", "dyck_shuffle", "eca110")
-SEQ_KINDS = KINDS[:7]                      # the reference layout: x + SEP + f(x)
+# The registry: kind -> its token family ("seq": x + SEP + f(x) in ids 0..V+1, "dyck": brackets, "eca":
+# cells), which sets its options (DEFAULTS), its ids and its generator (a sequence kind's f is its entry of
+# TRANSFORMS below; dyck, dyck_shuffle and eca110 have their own functions in _rows). To add a kind: one
+# entry here, its transform in TRANSFORMS (a sequence kind), and a test; its rows are seeded by its name
+# (stream_of), so no other kind's rows change wherever it goes in this dict.
+KINDS = {"identity": "seq", "reverse": "seq", "sort": "seq", "set": "seq", "union": "seq", "delete": "seq",
+         "stack": "seq", "dyck": "dyck", "dyck_shuffle": "dyck", "eca110": "eca"}
 FAMILIES = ("seq", "dyck", "eca")          # token families, in the order of the shared space
-DEFAULTS = {**{k: dict(L=64, V=100) for k in SEQ_KINDS},
-            # Dyck: k = 16 types in rows of 128 tokens with p_open 0.5, the defaults of the authors' script for
-            # their 2_4_16 diagnostic model (procedural_pretraining/dyck.py:471-480; their yaml's k = 64 with
-            # 2,048-token rows is for 12_12_768); p_open 0.5 overrides the generator's own 0.49
-            # (procedural_data/dyck.py:27)
-            "dyck": dict(k=16, length=128, p_open=0.5),
-            "dyck_shuffle": dict(k=16, length=128, p_open=0.5, max_depth=16),  # dyck_shuffle.py:27-28
-            "eca110": dict(width=16, rows=7)}
+FAMILY_DEFAULTS = {
+    "seq": dict(L=64, V=100),
+    # Dyck: k = 16 types in rows of 128 tokens with p_open 0.5, the defaults of the authors' script for
+    # their 2_4_16 diagnostic model (procedural_pretraining/dyck.py:471-480; their yaml's k = 64 with
+    # 2,048-token rows is for 12_12_768); p_open 0.5 overrides the generator's own 0.49
+    # (procedural_data/dyck.py:27)
+    "dyck": dict(k=16, length=128, p_open=0.5),
+    "eca": dict(width=16, rows=7)}
+OWN_DEFAULTS = {"dyck_shuffle": dict(k=16, length=128, p_open=0.5, max_depth=16)}  # dyck_shuffle.py:27-28
+
+
+class _Defaults(dict):
+    """DEFAULTS[kind]: a kind's options, its family's unless it has its own (looked up live, so a kind
+    added to KINDS has them at once)."""
+
+    def __missing__(self, kind):
+        return OWN_DEFAULTS.get(kind) or FAMILY_DEFAULTS[KINDS[kind]]
+
+
+DEFAULTS = _Defaults()
+# The number each of the first ten kinds' rows were seeded by: their place in the tuple KINDS was then.
+# Frozen, so that their rows (and every committed report made from them) stay as they were.
+FIRST_STREAMS = {k: i for i, k in enumerate(("identity", "reverse", "sort", "set", "union", "delete", "stack",
+                                             "dyck", "dyck_shuffle", "eca110"))}
+
+
+def stream_of(kind):
+    """The number a kind's rows are seeded by (with the seed): FIRST_STREAMS for the first ten kinds, else
+    from the kind's name (sha256), never from its place in KINDS."""
+    if kind in FIRST_STREAMS:
+        return FIRST_STREAMS[kind]
+    return int.from_bytes(hashlib.sha256(kind.encode()).digest()[:4], "little") + len(FIRST_STREAMS)
+
+
+def seq_kinds():
+    """The kinds of the reference layout x + SEP + f(x), in registry order."""
+    return tuple(k for k, f in KINDS.items() if f == "seq")
+
+
 SHUFFLED = "-shuffled"
 DEFAULT_SEQUENCES = 20_000
 
 
 def family(kind):
-    return "seq" if kind in SEQ_KINDS else "dyck" if kind.startswith("dyck") else "eca"
+    return KINDS[kind]
 
 
 def _options(kind, options, strict=True):
@@ -81,8 +118,8 @@ def vocab_size(kind, **options):
 def seq_len(kind, **options):
     """S, the fixed length of every row of a kind."""
     o = _options(_check_kind(kind), options)
-    if family(kind) == "seq":
-        return 2 * o["L"] + {"union": 2, "delete": 3}.get(kind, 1)
+    if family(kind) == "seq":  # the prompt's width, read off one row of its transform, + the answer's L
+        return TRANSFORMS[kind](np.random.default_rng(0), 1, o["L"], o["V"])[0].shape[1] + o["L"]
     if family(kind) == "dyck":
         return o["length"]
     return o["rows"] * (o["width"] + 1) - 1
@@ -91,6 +128,9 @@ def seq_len(kind, **options):
 def _check_kind(kind):
     if kind not in KINDS:
         raise ValueError(f"unknown procedural kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    if KINDS[kind] == "seq" and kind not in TRANSFORMS:
+        raise ValueError(f"procedural kind {kind!r} is a sequence kind with no transform: add its function "
+                         "to data.procedural.TRANSFORMS")
     return kind
 
 
@@ -148,35 +188,59 @@ def _stack_program(rng, n, L, V):
     return ops, top_first
 
 
-def _sequence_kind(kind, rng, n, L, V):
-    sep, pad = V, V + 1
-    col = lambda v: np.full((n, 1), v, np.int64)
-    if kind == "stack":
-        ops, answer = _stack_program(rng, n, L, V)
-        return np.hstack([ops, col(sep)]), answer
+# Each sequence transform: (rng, n, L, V) -> (prompt (n, P) ending in SEP = V, answer (n, L), PAD = V+1
+# after a short one). It draws its own random input, so each keeps the order of its draws.
+def _col(n, v):
+    return np.full((n, 1), v, np.int64)
+
+
+def _identity(rng, n, L, V):
     x = rng.integers(1, V, (n, L))
-    if kind == "identity":
-        return np.hstack([x, col(sep)]), x
-    if kind == "reverse":
-        return np.hstack([x, col(sep)]), x[:, ::-1]
-    if kind == "sort":
-        return np.hstack([x, col(sep)]), np.sort(x, axis=1)
-    if kind == "set":
-        return np.hstack([x, col(sep)]), _first_occurrences(x, pad)
-    if kind == "union":                                    # procedural_data/union.py:73-95
-        if L % 2:
-            raise ValueError(f"union needs an even L (two inputs of L/2), got L={L}")
-        x1, x2 = x[:, :L // 2], x[:, L // 2:]
-        return np.hstack([x1, col(sep), x2, col(sep)]), _first_occurrences(x, pad)
-    if kind == "delete":
-        # procedural_data/delete.py:73-94: r is drawn uniformly from 1..V-1, independently of x,
-        # so r occurs in x in a share 1 - (1 - 1/(V-1))**L of rows (47.8% for V=100, L=64); when
-        # it does not, the answer is x itself.
-        r = rng.integers(1, V, n)
-        hit = x == r[:, None]
-        first_hit = hit & (np.cumsum(hit, axis=1) == 1)
-        return np.hstack([x, col(sep), r[:, None], col(sep)]), _compact(x, ~first_hit, pad)
-    raise AssertionError(kind)
+    return np.hstack([x, _col(n, V)]), x
+
+
+def _reverse(rng, n, L, V):
+    x = rng.integers(1, V, (n, L))
+    return np.hstack([x, _col(n, V)]), x[:, ::-1]
+
+
+def _sort(rng, n, L, V):
+    x = rng.integers(1, V, (n, L))
+    return np.hstack([x, _col(n, V)]), np.sort(x, axis=1)
+
+
+def _set(rng, n, L, V):
+    x = rng.integers(1, V, (n, L))
+    return np.hstack([x, _col(n, V)]), _first_occurrences(x, V + 1)
+
+
+def _union(rng, n, L, V):
+    """procedural_data/union.py:73-95: two inputs of L/2, the answer the set of both."""
+    if L % 2:
+        raise ValueError(f"union needs an even L (two inputs of L/2), got L={L}")
+    x = rng.integers(1, V, (n, L))
+    x1, x2 = x[:, :L // 2], x[:, L // 2:]
+    return np.hstack([x1, _col(n, V), x2, _col(n, V)]), _first_occurrences(x, V + 1)
+
+
+def _delete(rng, n, L, V):
+    """procedural_data/delete.py:73-94: r is drawn uniformly from 1..V-1, independently of x, so r
+    occurs in x in a share 1 - (1 - 1/(V-1))**L of rows (47.8% for V=100, L=64); when it does not,
+    the answer is x itself."""
+    x = rng.integers(1, V, (n, L))
+    r = rng.integers(1, V, n)
+    hit = x == r[:, None]
+    first_hit = hit & (np.cumsum(hit, axis=1) == 1)
+    return np.hstack([x, _col(n, V), r[:, None], _col(n, V)]), _compact(x, ~first_hit, V + 1)
+
+
+def _stack(rng, n, L, V):
+    ops, answer = _stack_program(rng, n, L, V)
+    return np.hstack([ops, _col(n, V)]), answer
+
+
+TRANSFORMS = {"identity": _identity, "reverse": _reverse, "sort": _sort, "set": _set, "union": _union,
+              "delete": _delete, "stack": _stack}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -250,9 +314,9 @@ def _eca110_rollout(state, rows):
 
 def _rows(kind, n, entropy, shuffled, o):
     """(tokens int64, mask uint8) of one kind in its own token ids."""
-    rng = np.random.default_rng([*entropy, KINDS.index(kind)])
+    rng = np.random.default_rng([*entropy, stream_of(kind)])
     if family(kind) == "seq":
-        prompt, answer = _sequence_kind(kind, rng, n, o["L"], o["V"])
+        prompt, answer = TRANSFORMS[kind](rng, n, o["L"], o["V"])
         tokens = np.hstack([prompt, answer])
         mask = np.zeros(tokens.shape, np.uint8)
         mask[:, prompt.shape[1]:] = answer != o["V"] + 1
@@ -268,7 +332,7 @@ def _rows(kind, n, entropy, shuffled, o):
         mask[:, :w + 1] = 0                                 # row 0 is given
         mask[:, w::w + 1] = 0                               # the SEPs
     if shuffled:
-        tokens = shuffle_rows(tokens, _n_ids(kind, o), np.random.default_rng([*entropy, KINDS.index(kind), 1]))
+        tokens = shuffle_rows(tokens, _n_ids(kind, o), np.random.default_rng([*entropy, stream_of(kind), 1]))
     return tokens, mask
 
 

@@ -89,8 +89,8 @@ def pretrain_plan(a, row, task="haystack"):
 def data_options(a, row, task):
     """The generator's options of a row's pre-training data for a task's model (else data.procedural.DEFAULTS):
     Dyck rows of --dyck-length; the sequence kinds at SMALL_SEQ on the d = 16 model."""
-    from data.procedural import SEQ_KINDS
-    small = base_kind(row) in SEQ_KINDS and TASKS[task]["n_embd"] <= 16
+    from data.procedural import KINDS
+    small = KINDS.get(base_kind(row)) == "seq" and TASKS[task]["n_embd"] <= 16
     return {"length": a.dyck_length} if base_kind(row).startswith("dyck") else dict(SMALL_SEQ) if small else {}
 
 
