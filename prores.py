@@ -61,15 +61,38 @@ def ramps(scope, blocks_trained):
     return scope != "fresh" or not blocks_trained
 
 
-STAGEWISE_FLOORS = ("stagewise-1/L", "stagewise-1/sqrt(L)", "stagewise-1/sqrt(l)")
-WARMUPS = ("linear", "equal", "reverse", "sqrt", "square", "stagewise") + STAGEWISE_FLOORS
-FIXED = ("fixed-1/L", "fixed-1/sqrt(L)", "fixed-1/sqrt(l)")
-SCHEDULES = WARMUPS + FIXED
+# The schedules: name -> (alpha_fn, fixed). alpha_fn(t, l, L, T) gives the raw alpha(l, t) of every layer
+# at step t (l: the float64 layer numbers 1..L, a tensor); `alpha` clips it to [0, 1]. A warmup (fixed
+# False) reaches 1 for every layer by t = T * L; a fixed schedule (fixed True) is held through t = T * L,
+# then alpha = 1. To add a schedule: one entry here (then --prores-schedule takes it) and a test; a
+# schedule of the authors' code also gets its name in tests/test_prores_schedule.py's THEIRS.
+def _stagewise_from(floor):
+    """Layer l ramps only inside its own window [(l-1)T, lT], from the floor a_l up to 1."""
+    return lambda t, l, L, T: torch.maximum(floor(l, L) + (1 - floor(l, L)) * (t - (l - 1) * T) / T, floor(l, L))
+
+
+SCHEDULES = {
+    "linear": (lambda t, l, L, T: t / (T * l), False),                       # the paper's
+    "equal": (lambda t, l, L, T: torch.full_like(l, t / (T * L)), False),
+    "reverse": (lambda t, l, L, T: t / (T * (L - l + 1)), False),
+    "sqrt": (lambda t, l, L, T: (t / (T * l)).sqrt(), False),
+    "square": (lambda t, l, L, T: (t / (T * l)) ** 2, False),
+    "stagewise": (_stagewise_from(lambda l, L: torch.zeros_like(l)), False),
+    "stagewise-1/L": (_stagewise_from(lambda l, L: torch.full_like(l, 1.0 / L)), False),
+    "stagewise-1/sqrt(L)": (_stagewise_from(lambda l, L: torch.full_like(l, 1.0 / math.sqrt(L))), False),
+    "stagewise-1/sqrt(l)": (_stagewise_from(lambda l, L: 1.0 / l.sqrt()), False),
+    "fixed-1/L": (lambda t, l, L, T: torch.full_like(l, 1.0 / L), True),
+    "fixed-1/sqrt(L)": (lambda t, l, L, T: torch.full_like(l, 1.0 / math.sqrt(L)), True),
+    "fixed-1/sqrt(l)": (lambda t, l, L, T: 1.0 / l.sqrt(), True),
+}
+STAGEWISE_FLOORS = ("stagewise-1/L", "stagewise-1/sqrt(L)", "stagewise-1/sqrt(l)")   # they start at their floor
+WARMUPS = tuple(n for n, (_, fixed) in SCHEDULES.items() if not fixed)
+FIXED = tuple(n for n, (_, fixed) in SCHEDULES.items() if fixed)
 
 
 def _check(schedule, T):
     if schedule not in SCHEDULES:
-        raise ValueError(f"unknown ProRes schedule {schedule!r}; choose one of {SCHEDULES}")
+        raise ValueError(f"unknown ProRes schedule {schedule!r}; choose one of {tuple(SCHEDULES)}")
     if not (T is not None and T > 0):
         raise ValueError(f"ProRes schedule {schedule!r} needs T > 0 (steps per layer; the warmup lasts T * L "
                          f"steps, a fixed schedule is held that long), got {T!r}")
@@ -106,34 +129,14 @@ def alpha(step, n_layer, T, schedule="linear"):
     _check(schedule, T)
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
+    fn, fixed = SCHEDULES[schedule]
     L, t = n_layer, float(step)
     l = torch.arange(1, L + 1, dtype=torch.float64)  # (L,) layer numbers 1..L
-    if schedule == "linear":
-        a = t / (T * l)
-    elif schedule == "equal":
-        a = torch.full_like(l, t / (T * L))
-    elif schedule == "reverse":
-        a = t / (T * (L - l + 1))
-    elif schedule == "sqrt":
-        a = (t / (T * l)).sqrt()
-    elif schedule == "square":
-        a = (t / (T * l)) ** 2
-    elif schedule == "stagewise":
-        a = (t - (l - 1) * T) / T
-    elif schedule in STAGEWISE_FLOORS:
-        floor = {"stagewise-1/L": torch.full_like(l, 1.0 / L),
-                 "stagewise-1/sqrt(L)": torch.full_like(l, 1.0 / math.sqrt(L)),
-                 "stagewise-1/sqrt(l)": 1.0 / l.sqrt()}[schedule]
-        a = torch.maximum(floor + (1 - floor) * (t - (l - 1) * T) / T, floor)
-    elif t > T * L:  # a fixed schedule after its hold: the plain model
-        a = torch.ones_like(l)
-    elif schedule == "fixed-1/L":
-        a = torch.full_like(l, 1.0 / L)
-    elif schedule == "fixed-1/sqrt(L)":
-        a = torch.full_like(l, 1.0 / math.sqrt(L))
-    else:  # fixed-1/sqrt(l)
-        a = 1.0 / l.sqrt()
-    return a.clamp(0.0, 1.0).float()
+    if fixed and t > T * L:  # a fixed schedule after its hold: the plain model
+        return torch.ones(L)
+    if not fixed and t >= T * L:  # every warmup has ended (guards a schedule that would not reach 1 alone)
+        return torch.ones(L)
+    return fn(t, l, L, T).clamp(0.0, 1.0).float()
 
 
 def ramp_steps(n_layer, T, schedule="linear"):
@@ -142,7 +145,7 @@ def ramp_steps(n_layer, T, schedule="linear"):
     reverse, all of them for equal, needs T * L steps); floor(T * L) + 1 for the fixed schedules,
     the first step after their hold (t <= T * L, as the authors' `update_step <= P`)."""
     _check(schedule, T)
-    return math.floor(T * n_layer) + 1 if schedule in FIXED else math.ceil(T * n_layer)
+    return math.floor(T * n_layer) + 1 if SCHEDULES[schedule][1] else math.ceil(T * n_layer)
 
 
 def unwrap(model):

@@ -1,7 +1,9 @@
 """ProRes schedules over a whole run against the authors' training loop, re-derived step by step
 (github.com/dandingsky/ProRes, torchrun_main.py:361-417 before the first update, 470-494 after
 each one): every schedule, the fixed ones too, returns to alpha = 1 once the warmup of
-P = T * L updates is over."""
+P = T * L updates is over. A schedule of one's own (one entry in prores.SCHEDULES) is held to the
+invariants every schedule keeps; only the authors' schedules are compared with their loop."""
+import json
 import math
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 import torch
 
 import prores
+from checkpoint import read_checkpoint
 from model import GPT, GPTConfig
 
 # our schedule name -> theirs (PRORES_SCHEDULE)
@@ -58,6 +61,8 @@ def authors_run(schedule, L, P, steps):
 
 @pytest.mark.parametrize("schedule", prores.SCHEDULES)
 def test_every_schedule_matches_the_authors_loop_step_by_step(schedule):
+    if schedule not in THEIRS:
+        pytest.skip(f"{schedule!r} has no counterpart in the authors' code (THEIRS): nothing to compare it with")
     L, T = 6, 10
     steps = T * L + 15
     want = authors_run(schedule, L, T * L, steps)
@@ -98,3 +103,40 @@ def test_a_fixed_schedule_needs_T():
     with pytest.raises(ValueError, match="needs T > 0"):
         prores.ProRes(GPT(GPTConfig(block_size=8, vocab_size=17, n_layer=2, n_head=2, n_embd=8)), None, "fixed-1/L")
     assert torch.equal(prores.alpha(0, 4, 1, "fixed-1/L"), torch.full((4,), 0.25))
+
+
+def check_invariants(schedule, L=5, T=4):
+    """What every schedule keeps: float32 of shape (L,) in [0, 1] at every step, 1 for every layer from
+    ramp_steps on, and a hook that writes exactly alpha into the model, then stops (done)."""
+    end = prores.ramp_steps(L, T, schedule)
+    for t in range(end + 5):
+        a = prores.alpha(t, L, T, schedule)
+        assert a.dtype == torch.float32 and a.shape == (L,) and bool(((a >= 0) & (a <= 1)).all()), (t, a)
+        assert (t < end) or a.eq(1).all(), (t, a)
+    m = GPT(GPTConfig(block_size=8, vocab_size=17, n_layer=L, n_head=2, n_embd=8))
+    hook = prores.ProRes(m, T, schedule)
+    for t in range(end + 1):
+        hook.update(t)
+        assert torch.equal(m.residual_scale, prores.alpha(t, L, T, schedule))
+    assert hook.done
+
+
+@pytest.mark.parametrize("schedule", prores.SCHEDULES)
+def test_every_schedule_keeps_the_invariants(schedule):
+    check_invariants(schedule)
+
+
+def test_a_schedule_added_in_one_place_trains(monkeypatch, tmp_path, cache):
+    """One entry in prores.SCHEDULES: the invariants hold, --prores-schedule takes it, and a run trains with it."""
+    monkeypatch.setitem(prores.SCHEDULES, "cosine", (lambda t, l, L, T: 0.5 - 0.5 * torch.cos(math.pi * t / (T * l)),
+                                                     False))
+    check_invariants("cosine")
+    import train
+    out = tmp_path / "run"
+    train.main(["--stages", "procedural:dyck", "--procedural-sequences", "200", "--block-size", "32",
+                "--n-layer", "2", "--n-embd", "8", "--n-head", "2", "--batch-size", "4", "--iters", "6",
+                "--eval-interval", "6", "--eval-iters", "1", "--prores", "--prores-T", "1",
+                "--prores-schedule", "cosine", "--no-progress", "--no-plot", "--out", str(out)])
+    ck = read_checkpoint(out / "stage0-procedural_dyck.pt", "test")
+    assert json.loads((out / "summary.json").read_text())["args"]["prores_schedule"] == "cosine"
+    assert torch.equal(ck["model"]["residual_scale"], torch.ones(2))  # the ramp (T L = 2 steps) has ended
