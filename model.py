@@ -61,24 +61,18 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout if config.dropout_at == "all" else 0.0  # on the attention probabilities
         self.causal = config.causal
 
-    def forward(self, x, query=None):
-        """x (B, T, C) -> (B, T, C). query: None, or (rows, pos), N positions of the batch: then
-        only those positions ask (each attends to its own row's keys up to itself), out (N, C)."""
+    def forward(self, x):
+        """x (B, T, C) -> (B, T, C): per head, softmax(q k^T / sqrt(hs)) v (each position attends to
+        itself and the ones before it when causal), the heads side by side, then the output projection."""
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        dropout = self.dropout if self.training else 0.0
-        if query is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=self.causal)
-            y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
-            return self.resid_dropout(self.c_proj(y))
-        rows, pos = query
-        q, k, v = q[rows, :, pos].unsqueeze(2), k[rows], v[rows]  # (N, nh, 1, hs), (N, nh, T, hs)
-        mask = (torch.arange(T, device=x.device) <= pos[:, None]).view(-1, 1, 1, T) if self.causal else None
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        return self.resid_dropout(self.c_proj(y.reshape(len(rows), C)))
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                           is_causal=self.causal)      # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)               # (B, T, C): heads side by side
+        return self.resid_dropout(self.c_proj(y))
 
 
 class MLP(nn.Module):
@@ -125,24 +119,26 @@ class Block(nn.Module):
         self.deepnorm_k = (2 * config.n_layer) ** 0.25 if self.norm == "deepnorm" else 1.0
         self.lns_init = 1.0 / math.sqrt(layer_idx + 1) if self.norm == "lns-init" else 1.0
 
-    def forward(self, x, alpha, query=None):
-        """x (B, T, C) -> (B, T, C); with query = (rows, pos) only those N positions come out,
-        (N, C): every part of a block but attention acts on each position alone, and attention
-        needs only the asking positions' queries (CausalSelfAttention.forward)."""
-        r = x if query is None else x[query]  # the positions this block outputs
+    def forward(self, x, alpha):
+        """x (B, T, C) -> (B, T, C), the placement's equations (the table above)."""
         if self.norm in ("pre", "lns", "lns-init"):
-            r = r + alpha * self.attn(self.ln_1(x), query)
-            r = r + alpha * self.mlp(self.ln_2(r))
+            x = x + alpha * self.attn(self.ln_1(x))
+            x = x + alpha * self.mlp(self.ln_2(x))
         elif self.norm == "post":
-            r = self.ln_1(r + alpha * self.attn(x, query))
-            r = self.ln_2(r + alpha * self.mlp(r))
+            x = self.ln_1(x + alpha * self.attn(x))
+            x = self.ln_2(x + alpha * self.mlp(x))
         elif self.norm == "sandwich":
-            r = r + alpha * self.ln_1_out(self.attn(self.ln_1(x), query))
-            r = r + alpha * self.ln_2_out(self.mlp(self.ln_2(r)))
+            x = x + alpha * self.ln_1_out(self.attn(self.ln_1(x)))
+            x = x + alpha * self.ln_2_out(self.mlp(self.ln_2(x)))
         else:  # deepnorm
-            r = self.ln_1(self.deepnorm_k * r + alpha * self.attn(x, query))
-            r = self.ln_2(self.deepnorm_k * r + alpha * self.mlp(r))
-        return r
+            x = self.ln_1(self.deepnorm_k * x + alpha * self.attn(x))
+            x = self.ln_2(self.deepnorm_k * x + alpha * self.mlp(x))
+        return x
+
+    def attention_input(self, x):
+        """What this block's attention reads of x: LN(x), or x itself (post, deepnorm). Only the
+        counted-positions path (block_at) asks; forward above says the same in each placement."""
+        return x if self.norm in ("post", "deepnorm") else self.ln_1(x)
 
 
 @dataclass
@@ -247,8 +243,8 @@ class GPT(nn.Module):
         (LlamaForCausalLM, untied); ours is tied to the token embedding by default, so under plain
         and deepnet the head starts at 0.02 * sqrt(d) too and the first logits have a std of about
         0.02 * d (0.64 at d = 32) instead of 0.02 * sqrt(d); `tie_weights=False` (--no-tie) gives
-        their split (embedding 0.02 * sqrt(d), head 0.02). Their positions are rotary (no weights); ours are learned and keep GPT-2's
-        N(0, 0.02), the one draw with no counterpart to match."""
+        their split (embedding 0.02 * sqrt(d), head 0.02). Their positions are rotary (no weights);
+        ours are learned and keep GPT-2's N(0, 0.02), the one draw with no counterpart to match."""
         if isinstance(module, nn.Linear):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
@@ -290,26 +286,19 @@ class GPT(nn.Module):
         weights w >= 0: the loss is then sum(w * CE) / sum(w) (one forward pass can carry
         differently weighted rows, e.g. MIR's clean and masked copies).
 
-        Returns (logits, loss). With targets, logits is None: the loss is computed from the
-        final hidden states without holding the full (B, T, vocab) logits. With a loss_mask that
-        leaves some targets out, only the N positions that count come out of the last block and
-        reach the last norm, the head and the loss (`counted_positions`; the last block's
-        attention then asks N queries instead of B x T): the same loss and gradients as scoring
-        every position with the others ignored, at a fraction of the work when few count (a
-        haystack record of the procedural paper's diagnostics, arXiv 2601.21725, scores 1 target
-        of its 63). Without targets, logits are (B, T, vocab) and loss is None.
+        Returns (logits, loss). Without targets: logits (B, T, vocab), loss None. With targets,
+        logits is None: the loss comes from the final hidden states without the full (B, T, vocab)
+        logits (lm_loss.py). A loss_mask that leaves targets out takes counted_stream (below): the
+        same loss and gradients, doing only the work the counted targets need.
         """
         if targets is None:
-            return self.lm_head(self.transformer.ln_f(self.residual_stream(idx))), None
-        # length groups: causal only, and not under torch.compile (each new length would recompile)
-        grouping = self.config.causal and loss_mask is not None and not torch.compiler.is_compiling()
-        groups = length_groups(loss_mask, LENGTH_GROUPS) if grouping else None
-        if groups is None:
-            h, t, weight = self._counted(idx, targets, loss_mask)
-        else:   # each group of rows cut after its last counted position (causal: nothing later is needed)
-            parts = [self._counted(idx[r, :n], targets[r, :n], loss_mask[r, :n]) for r, n in groups]
-            h, t = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-            weight = None if parts[0][2] is None else torch.cat([p[2] for p in parts])
+            return self.lm_head(self.transformer.ln_f(self.residual_stream(idx))), None  # (B, T, vocab)
+        if loss_mask is not None and not torch.compiler.is_compiling() and not bool(loss_mask.ne(0).all()):
+            h, t, weight = counted_stream(self, idx, targets, loss_mask)  # (N, C), (N,), (N,) or None
+        else:
+            h, t = self.residual_stream(idx).flatten(0, 1), targets.flatten()  # (B T, C), (B T,)
+            weight = loss_mask.flatten() if loss_mask is not None and loss_mask.is_floating_point() else None
+            t = t if loss_mask is None else t.masked_fill(loss_mask.flatten() == 0, -1)  # -1: no loss
         h = self.transformer.ln_f(h)
         if self.config.loss_impl == "standard":
             return None, standard_cross_entropy(h, self.lm_head.weight, t, row_weight=weight)
@@ -319,49 +308,26 @@ class GPT(nn.Module):
         dtype = getattr(torch, self.config.head_dtype) if self.config.head_dtype else None
         return None, linear_cross_entropy(h, self.lm_head.weight, t, row_weight=weight, dtype=dtype)
 
-    def _counted(self, idx, targets, loss_mask):
-        """(h, t, weight): the last block's output at the counted positions (N, C), their
-        targets (N,) and weights (N,) or None; every position when loss_mask is None. The last
-        block asks only the N queries when N <= B T / 8 (each query attends over its row's T
-        keys, a gathered copy: N T against the B T^2 of the whole block); with more (a
-        masked-diffusion batch counts about half its positions) the block runs everywhere and
-        only the head is gathered."""
-        B, T = idx.size()
-        t, weight, query = targets.reshape(-1), None, None
-        sel = None
-        if loss_mask is not None:
-            sel, weight = counted_positions(loss_mask.reshape(-1))
-        if sel is not None and 8 * sel.numel() <= B * T:
-            query = (sel // T, sel % T)
-        h = self.residual_stream(idx, query=query).reshape(-1, self.config.n_embd)
-        if sel is not None:
-            t = t[sel]
-            h = h if query is not None else h.index_select(0, sel)
-        return h, t, weight
-
-    def residual_stream(self, idx, rms=None, query=None):
-        """The residual stream after the last block, (B, T, C): embeddings, then every block with
-        its residual scale. rms: a list that receives sqrt(mean(h^2)) of the stream after the
-        embeddings and after each block (L + 1 floats; the ProRes paper's activation norms).
-        query = (rows, pos): the last block outputs only those N positions, (N, C)."""
+    def residual_stream(self, idx, n_blocks=None):
+        """The residual stream (B, T, C): token + position embeddings, then the first n_blocks
+        blocks (all by default), block l with its residual scale alpha_l."""
         T = idx.size(1)
         assert T <= self.config.block_size, f"sequence of {T} > block_size {self.config.block_size}"
         pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
-        last = len(self.transformer.h) - 1
-        for i, block in enumerate(self.transformer.h):
-            if rms is not None:
-                rms.append(x.detach().float().pow(2).mean().sqrt().item())
-            x = block(x, self.residual_scale[i], query if i == last else None)
-        if rms is not None:
-            rms.append(x.detach().float().pow(2).mean().sqrt().item())
+        for block, alpha in list(zip(self.transformer.h, self.residual_scale))[:n_blocks]:
+            x = block(x, alpha)
         return x
 
     @torch.no_grad()
     def residual_rms(self, idx):
-        """[RMS of the residual stream after the embeddings, after block 1, ..., after block L]."""
-        rms = []
-        self.residual_stream(idx, rms)
+        """[RMS of the residual stream after the embeddings, after block 1, ..., after block L]
+        (the ProRes paper's activation norms)."""
+        x = self.residual_stream(idx, n_blocks=0)
+        rms = [x.float().pow(2).mean().sqrt().item()]
+        for block, alpha in zip(self.transformer.h, self.residual_scale):
+            x = block(x, alpha)
+            rms.append(x.float().pow(2).mean().sqrt().item())
         return rms
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
@@ -411,6 +377,78 @@ class GPT(nn.Module):
             probs = F.softmax(logits, dim=-1)
             idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
         return idx
+
+
+# ---------------------------------------------------------------------------------------------
+# The counted-positions path: a speed path, to skip on a first reading. When a loss mask leaves most
+# targets out (a HAYSTACK record of the procedural paper's diagnostics, arXiv 2601.21725, scores 1
+# target of its 63), GPT.forward's loss needs far less than the whole forward pass. Same loss, same
+# gradients (tests/test_model.py holds it to the plain path for every norm placement).
+
+def counted_stream(model, idx, targets, loss_mask):
+    """(h, t, weight): what GPT.forward's loss needs for a loss_mask that leaves targets out, the
+    last block's output at the counted positions (N, C), their targets (N,) and weights (N,) or
+    None (a 0/1 mask), computing only what they need: (1) causal: each group of rows cut after its
+    last counted position (length_groups: nothing later reaches them), (2) the last block at the
+    counted positions only, when they are at most 1/8 of them (block_at). The last norm, the head
+    and the loss then act on the N rows only."""
+    groups = length_groups(loss_mask, LENGTH_GROUPS) if model.config.causal else None
+    parts = [_counted_stream(model, idx[r, :n], targets[r, :n], loss_mask[r, :n]) for r, n in groups] \
+        if groups else [_counted_stream(model, idx, targets, loss_mask)]
+    if len(parts) == 1:
+        return parts[0]
+    weight = None if parts[0][2] is None else torch.cat([p[2] for p in parts])
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), weight
+
+
+def _counted_stream(model, idx, targets, loss_mask):
+    """(h, t, weight): the last block's output at the counted positions (N, C), their targets (N,)
+    and weights (N,), or None for a 0/1 mask. The last block asks only the N queries when N <= B T / 8
+    (each attends over its row's T keys, a gathered copy: N T against the B T^2 of the whole block);
+    with more (a masked-diffusion batch counts about half) it runs everywhere, only the head gathered."""
+    B, T = idx.size()
+    sel, weight = counted_positions(loss_mask.reshape(-1))
+    if sel is None:  # every position of these rows counts
+        return model.residual_stream(idx).reshape(B * T, -1), targets.reshape(-1), weight
+    L, last, alpha = model.config.n_layer, model.transformer.h[-1], model.residual_scale[-1]
+    x = model.residual_stream(idx, n_blocks=L - 1)                           # (B, T, C)
+    if 8 * sel.numel() <= B * T:
+        h = block_at(last, x, alpha, sel // T, sel % T)                      # (N, C)
+    else:
+        h = last(x, alpha).reshape(B * T, -1).index_select(0, sel)           # (N, C)
+    return h, targets.reshape(-1)[sel], weight
+
+
+def block_at(block, x, alpha, rows, pos):
+    """block(x, alpha)[rows, pos], (N, C), computing only those N positions. Every part of a block
+    but attention acts on each position alone, so the block's own forward runs on the N positions
+    (N rows of one position), with its attention swapped for one whose N queries attend over every
+    key of their row (their position and the ones before it, when causal)."""
+    return Block.forward(_Asking(block, x, rows, pos), x[rows, pos].unsqueeze(1), alpha).squeeze(1)
+
+
+class _Asking:
+    """A Block as Block.forward sees it (its norms, MLP, scale) whose `attn` takes the N asking
+    positions' attention inputs (N, 1, C) and returns their attention outputs (N, 1, C), over the
+    keys and values of the whole stream x's rows."""
+
+    def __init__(self, block, x, rows, pos):
+        self._block, self._keys, self._rows, self._pos = block, block.attention_input(x), rows, pos
+
+    def __getattr__(self, name):
+        return getattr(self._block, name)
+
+    def attn(self, h):
+        att, rows, pos = self._block.attn, self._rows, self._pos
+        (N, _, C), (B, T, _), nh = h.shape, self._keys.shape, att.n_head
+        w, b = att.c_attn.weight, att.c_attn.bias
+        q = F.linear(h, w[:C], None if b is None else b[:C]).view(N, 1, nh, C // nh).transpose(1, 2)  # (N, nh, 1, hs)
+        k, v = F.linear(self._keys, w[C:], None if b is None else b[C:]).split(C, dim=2)             # (B, T, C)
+        k = k[rows].view(N, T, nh, C // nh).transpose(1, 2)                                          # (N, nh, T, hs)
+        v = v[rows].view(N, T, nh, C // nh).transpose(1, 2)                                          # (N, nh, T, hs)
+        mask = (torch.arange(T, device=h.device) <= pos[:, None]).view(N, 1, 1, T) if att.causal else None
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=att.dropout if att.training else 0.0)
+        return att.resid_dropout(att.c_proj(y.reshape(N, 1, C)))
 
 
 def counted_positions(loss_mask):

@@ -321,21 +321,31 @@ def test_rows_grouped_by_length_give_the_loss_of_the_whole_batch():
 
 
 def test_the_last_block_asks_only_the_counted_queries_when_few_count(monkeypatch):
-    """One counted target per row: the last block's attention gets the N queries; half the
+    """One counted target per row: the last block's attention gets the N queries (block_at); half the
     positions counted (a masked-diffusion batch): it runs over every position (no key copies)."""
-    from model import CausalSelfAttention
-    asked, forward = [], CausalSelfAttention.forward
-    monkeypatch.setattr(CausalSelfAttention, "forward",
-                        lambda self, x, query=None: asked.append(query is not None) or forward(self, x, query))
+    from model import CausalSelfAttention, _Asking
+    asked, full, at = [], CausalSelfAttention.forward, _Asking.attn
+    monkeypatch.setattr(CausalSelfAttention, "forward", lambda self, x: asked.append("all") or full(self, x))
+    monkeypatch.setattr(_Asking, "attn", lambda self, h: asked.append(h.shape[0]) or at(self, h))
     torch.manual_seed(0)
     m = tiny(causal=False)
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, 97, (4, 16), generator=g)
     m(idx, idx, haystack_mask(4, 16, g))
-    assert asked == [False, False, True]
+    assert asked == ["all", "all", 4]
     asked.clear()
     m(idx, idx, (torch.rand(4, 16, generator=g) < 0.5).long())
-    assert asked == [False, False, False]
+    assert asked == ["all", "all", "all"]
+
+
+def test_the_blocks_and_the_attention_take_no_task_specific_argument():
+    """The forward passes a reader reads are the model's equations: the counted-positions speed path
+    (counted_loss) is not threaded through them."""
+    import inspect
+    from model import Block, CausalSelfAttention
+    assert list(inspect.signature(CausalSelfAttention.forward).parameters) == ["self", "x"]
+    assert list(inspect.signature(Block.forward).parameters) == ["self", "x", "alpha"]
+    assert list(inspect.signature(GPT.forward).parameters) == ["self", "idx", "targets", "loss_mask"]
 
 
 def test_length_groups_only_where_they_save_work():
