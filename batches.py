@@ -119,13 +119,19 @@ def load_corpus(name, args):
     return keep_unique_tokens(corpus, args.unique_tokens) if args.unique_tokens else corpus
 
 
+def context_length(corpus, block_size):
+    """Tokens of context per training row: a record corpus's record length - 1 (one record a row),
+    else --block-size."""
+    return corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else block_size
+
+
 def stage_iters(args, corpus, rows_per_iter):
     """Optimizer steps of a stage: --epochs / --tokens converted at this stage's tokens per step
     (a record corpus counts whole records, context = record length - 1), capped by --iters;
     or --iters alone."""
     if args.epochs is None and args.tokens is None:
         return args.iters
-    T = corpus.info["seq_len"] - 1 if corpus.info.get("seq_len") else args.block_size
+    T = context_length(corpus, args.block_size)
     if args.epochs is not None:
         per_row = T + 1 if corpus.info.get("seq_len") else T
         n = max(1, math.ceil(args.epochs * len(corpus.train) / (rows_per_iter * per_row)))

@@ -21,6 +21,9 @@ data-preparation throughput (GPT-2 BPE via tiktoken; MIDI files via mido).
     python bench.py --tiny          # the procedural diagnostic shape (d16, 2 layers, batch 1,000): the
                                     # baseline step against each candidate speed-up; the last line is
                                     # fraction_of_matmul=... (the best kept step's FLOP/s over a matmul's)
+    python bench.py --against REV   # model.py at git revision REV against the working tree's, one process,
+                                    # interleaved: the HAYSTACK and dense tiny steps and the d64 step at
+                                    # train.py's default precision; the last line is worst_ratio=...
 """
 
 import copy
@@ -197,7 +200,7 @@ def head_chunks(device, rounds, widths=(16, 24, 32, 64), rows=2048, vocab=50257)
 def grid(device, rounds, shapes=None):
     """fp32, bf16 autocast and train.py's --dtype auto on each GRID shape, one process, rounds
     interleaved, minimum kept. Returns rows (shape, {variant: ms}, auto / min(fp32, bf16))."""
-    from train import resolve_dtype
+    from machine import resolve_dtype
     rows = []
     for name in shapes or GRID:
         vocab, n_layer, n_head, n_embd, B, T = GRID[name]
@@ -671,6 +674,60 @@ def _tiny(batch_size, rounds, mask, seeds, compile_, out):
     return table.rows, fraction
 
 
+def model_at(rev):
+    """model.py as git revision `rev` has it, imported as its own module (the rest of the tree as it is now)."""
+    import importlib.util
+    import subprocess
+    root = Path(__file__).resolve().parent
+    r = subprocess.run(["git", "show", f"{rev}:model.py"], cwd=root, capture_output=True, text=True)
+    if r.returncode:
+        raise ValueError(f"--against {rev}: git cannot show model.py there ({r.stderr.strip()[:200]})")
+    path = Path(tempfile.mkdtemp(prefix="bench-against-")) / "model_at_rev.py"
+    path.write_text(r.stdout)
+    spec = importlib.util.spec_from_file_location(f"model_at_{rev}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def against(rev, rounds, out=print):
+    """model.py at `rev` against the working tree's: a full training step (forward, backward, clipping, AdamW)
+    of each on the same batch and init, interleaved rounds in one process; the HAYSTACK step (bench --tiny's
+    shape, one counted target a row), the same shape with every target counted, and the d64 text step at
+    train.py's default precision here (--dtype auto). Returns {shape: (ms at rev, ms now, rev / now)}: the
+    median over rounds of the paired ratio, above 1 where the working tree is faster."""
+    import model as now
+    from machine import resolve_dtype
+    old, res = model_at(rev), {}
+    d64 = dict(vocab_size=50257, n_layer=4, n_head=4, n_embd=64, block_size=256,
+               head_dtype=resolve_dtype("auto", torch.device("cpu"), 50257)[1])
+    shapes = {"haystack (tiny, B 1000)": (TINY, tiny_batch(1000, "haystack"), 1),
+              "dense (tiny, B 1000)": (TINY, tiny_batch(1000, "dense"), 1),
+              "d64 (32 x 256, auto)": (d64, (*(torch.randint(0, 50257, (32, 256), generator=torch.Generator()
+                                                              .manual_seed(k)) for k in (0, 1)), None),
+                                       torch.get_num_threads())}
+    for name, (cfg, batch, threads) in shapes.items():
+        calls = {}
+        for label, M in ((rev, old), ("now", now)):
+            torch.manual_seed(0)
+            m = M.GPT(M.GPTConfig(**cfg))
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+            def step(m=m, opt=opt):
+                m(*batch)[1].backward()
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            step()                                               # warm-up
+            calls[label] = (threads, step)
+        t = Timings(calls, rounds)
+        by_cpu = threads == 1
+        res[name] = (t.best(rev, by_cpu) * 1000, t.best("now", by_cpu) * 1000, t.ratio(rev, "now", by_cpu))
+        out(f"{name:<26}{plural(threads, 'thread'):>10}  {rev}: {res[name][0]:8.1f} ms   now: {res[name][1]:8.1f} ms"
+            f"   {rev} / now (median paired): {res[name][2]:.3f}")
+    return res
+
+
 def check_agreement(device):
     """Loss and gradients of ours against the standard formulation on one d64 batch:
     max relative error of the loss and of every gradient tensor (fp32 and bf16)."""
@@ -780,6 +837,9 @@ def main(argv=None):
     p.add_argument("--tiny-seeds", type=int, default=3, metavar="K",
                    help="--tiny: K seeds batched against K sequential runs (default 3; 1 skips it)")
     p.add_argument("--no-compile", action="store_true", help="--tiny: leave torch.compile out (it compiles for ~20 s)")
+    p.add_argument("--against", metavar="REV", default=None,
+                   help="time model.py at git revision REV against the working tree's (the HAYSTACK, dense tiny and "
+                        "d64 steps, interleaved in one process); nothing else")
     args = p.parse_args(argv)
     if args.rounds is not None and args.rounds <= 0:
         p.error(f"--rounds must be positive, got {args.rounds}")
@@ -801,6 +861,16 @@ def main(argv=None):
                     "bench.py where ./out can be a writable folder")
         except UserError as e:
             p.error(str(e))
+    if args.against:
+        print(f"model.py at {args.against} against the working tree's: a training step, ms (CPU time of the step's "
+              f"thread at 1 thread, wall-clock at more), best of {args.rounds} interleaved rounds; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        try:
+            res = against(args.against, args.rounds)
+        except ValueError as e:
+            p.error(str(e))
+        print(f"worst_ratio={min(r[2] for r in res.values()):.3f}")
+        return
     if args.tiny:
         if args.tiny_batch <= 0 or args.tiny_seeds <= 0:
             p.error(f"--tiny-batch and --tiny-seeds must be positive, got {args.tiny_batch} and {args.tiny_seeds}")
@@ -840,7 +910,7 @@ def main(argv=None):
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         p.error(f"unknown shape(s) {unknown}; choose from {list(SHAPES)}")
-    from train import resolve_dtype
+    from machine import resolve_dtype
     body, head = resolve_dtype("auto", device, 50257)  # what train.py runs by default here (GPT-2 vocab)
     variants = [Variant("standard fp32", "standard", torch.float32), Variant("fused fp32", "fused", torch.float32)]
     if body != "float32" or head:

@@ -8,6 +8,7 @@ bad value into one line on stderr (the problem, then --help) instead of a traceb
 import argparse
 
 import data
+import objectives
 import prores
 import transfer
 from data.common import ArgumentParser  # (experiments/ and results.py import it from here too)
@@ -98,14 +99,15 @@ def _model_flags(p):
 
 
 def _objective_flags(p):
-    g = p.add_argument_group("objective (one call in the loop: mir.py, diffusion.py)")
-    g.add_argument("--objective", default="ar", choices=("ar", "mdlm"),
+    g = p.add_argument_group("objective (one call in the loop: objectives.py, mir.py, diffusion.py)")
+    g.add_argument("--objective", default="ar", choices=tuple(k for k in objectives.OBJECTIVES if k != "mir"),
                    help="ar: next-token prediction (default); mdlm: masked diffusion, bidirectional, the "
                         "data-constrained paper's baseline (validation loss = its NLL bound)")
     g.add_argument("--mir", action="store_true",
                    help="Masked-Input Regularization: loss = NTP(x, y) + lambda * NTP(masked x, y), one extra "
                         "[MASK] vocabulary row (arXiv 2606.06888)")
-    g.add_argument("--mir-lambda", type=float, default=0.4, help="weight of the masked copy's loss (default: %(default)s)")
+    g.add_argument("--mir-lambda", type=float, default=0.4,
+                   help="weight of the masked copy's loss (default: %(default)s)")
     g.add_argument("--mir-ratio", default="0.0,0.5",
                    help="range of the per-sequence mask ratio, LO,HI (default: %(default)s)")
     g.add_argument("--mir-keep-first", type=int, default=8, help="positions never masked (default: %(default)s)")
@@ -147,11 +149,13 @@ def _prores_flags(p):
 
 def _optimization_flags(p):
     g = p.add_argument_group("optimization")
-    g.add_argument("--batch-size", type=int, default=16, help="sequences per micro-batch per process (default: %(default)s)")
+    g.add_argument("--batch-size", type=int, default=16,
+                   help="sequences per micro-batch per process (default: %(default)s)")
     g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (default: %(default)s)")
     g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default: %(default)s)")
     g.add_argument("--min-lr", type=float, default=3e-4, help="final learning rate (default: %(default)s)")
-    g.add_argument("--warmup-iters", type=int, default=20, help="linear lr warmup steps per stage (default: %(default)s)")
+    g.add_argument("--warmup-iters", type=int, default=20,
+                   help="linear lr warmup steps per stage (default: %(default)s)")
     g.add_argument("--schedule", default="cosine", choices=("cosine", "wsd", "constant"),
                    help="lr schedule after warmup: cosine decay to --min-lr; wsd = warmup-stable-decay "
                         "(constant, then linear to --min-lr over the last --decay-frac); constant")

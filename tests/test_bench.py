@@ -118,3 +118,21 @@ def test_compiled_variants_compile_every_shape(graphs, monkeypatch):
         rows = bench.bench_shape(name, torch.device("cpu"), variants, 1, {torch.float32: 1e9})
         assert [r[1] for r in rows] == [v.name for v in variants]
     assert len(graphs) == 2 * len(shapes)
+
+
+def test_against_imports_model_py_at_a_revision_and_names_a_bad_one():
+    """bench.py --against REV: model.py as the revision has it, as a module of its own beside today's."""
+    import subprocess
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=bench.Path(bench.__file__).parent,
+                      capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    old = bench.model_at("HEAD")
+    assert old.GPT is not GPT and old.__name__ == "model_at_HEAD"
+    torch.manual_seed(0)
+    a = old.GPT(old.GPTConfig(block_size=8, vocab_size=17, n_layer=2, n_head=2, n_embd=8))
+    torch.manual_seed(0)
+    b = GPT(GPTConfig(block_size=8, vocab_size=17, n_layer=2, n_head=2, n_embd=8))
+    x = torch.randint(0, 17, (2, 8))
+    assert torch.allclose(a(x, x)[1], b(x, x)[1])
+    with pytest.raises(ValueError, match="--against no-such-rev"):
+        bench.model_at("no-such-rev")

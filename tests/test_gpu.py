@@ -5,6 +5,7 @@ makes --loss-impl auto the standard head, follows the eager fused run."""
 import pytest
 import torch
 
+import machine
 import train
 from flags import parse_args
 from test_train import TINY, killed_run_resumes_exactly, losses
@@ -29,7 +30,7 @@ def test_killed_cuda_bf16_run_resumes_exactly(cache, text_dir, tmp_path):
 
 
 def test_compiled_standard_head_follows_the_eager_fused_one(cache, text_dir, tmp_path):
-    assert train.resolve_loss_impl("auto", torch.device("cuda"), True) == "standard"
+    assert machine.resolve_loss_impl("auto", torch.device("cuda"), True) == "standard"
     eager = run(tmp_path / "eager", text_dir, "--device", "cuda", "--loss-impl", "fused")
     compiled = run(tmp_path / "compiled", text_dir, "--device", "cuda", "--compile")
     assert eager.keys() == compiled.keys() and max(abs(eager[k] - compiled[k]) for k in eager) < 1e-3

@@ -102,3 +102,24 @@ def test_each_papers_claim_table_reads_without_running_anything():
             "assert 'torch' not in sys.modules and 'train' not in sys.modules, 'a claim table ran something'\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_one_training_step_reads_in_one_function_in_order():
+    """train.py's step is one function a reader follows top to bottom, as nanoGPT's: the batch, the objective's
+    loss, backward, clipping, the optimizer step, in that order; the module docstring names it and the loop that
+    calls it; train.py stays under 450 lines, none over 120 characters."""
+    import inspect
+    sys.path.insert(0, str(ROOT))
+    import train
+    src = inspect.getsource(train.train_step)
+    calls = ["get_batch(", "S.objective.loss(", ".backward()", "clip_grad_norm_(", "S.scaler.step(S.optimizer)"]
+    where = [src.find(c) for c in calls]
+    assert -1 not in where, dict(zip(calls, where))
+    assert where == sorted(where), dict(zip(calls, where))
+    assert len(src.splitlines()) <= 40, "the step should fit a screen"
+    loop = inspect.getsource(train.train_stage)
+    assert loop.find("lr_at(") < loop.find(".update(") < loop.find("train_step(") < loop.find("evaluate(") \
+        < loop.find("save(")
+    assert "`train_step`" in train.__doc__ and "`train_stage`" in train.__doc__
+    text = (ROOT / "train.py").read_text().splitlines()
+    assert len(text) < 450 and max(len(line) for line in text) <= 120

@@ -89,7 +89,7 @@ def test_ctrl_c_before_the_first_step_says_nothing_was_saved(cache, text_dir, tm
 def test_each_evaluation_logs_the_residual_streams_rms_per_block(cache, text_dir, tmp_path):
     """The ProRes paper's activation norms over training: every eval event carries L + 1 values,
     the last evaluation's equal to the final model's on the same batch."""
-    from batches import get_batch
+    from batches import get_batch, load_corpus
     from checkpoint import load_model
     out = tmp_path / "rms"
     args = train.parse_args(["--stages", f"text:{text_dir}", "--iters", "8", "--n-layer", "3", "--out", str(out)]
@@ -99,7 +99,7 @@ def test_each_evaluation_logs_the_residual_streams_rms_per_block(cache, text_dir
     assert [e["iter"] for e in evals] == [4, 8] and all(len(e["act_rms"]) == 4 for e in evals)
     model, _ = load_model(next(out.glob("stage0-*.pt")))
     import torch
-    x = get_batch(train.load_corpus(f"text:{text_dir}", args), "val", 2, 16, [0, 1_000_003, 0, 0, True], 0, 1,
+    x = get_batch(load_corpus(f"text:{text_dir}", args), "val", 2, 16, [0, 1_000_003, 0, 0, True], 0, 1,
                   torch.device("cpu"))[0]
     h = model.transformer.drop(model.transformer.wte(x) + model.transformer.wpe(torch.arange(16)))
     by_hand = [h.pow(2).mean().sqrt().item()]

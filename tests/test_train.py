@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import data
+import summary
 import train
 from batches import get_batch
 from checkpoint import save_checkpoint
@@ -253,4 +254,4 @@ def test_the_run_says_prores_is_on_and_where_its_files_are(cache, text_dir, tmp_
     stage = next(out.glob("stage0-*.pt"))
     assert str(out) in said[-2] and said[-1].split() == ["python", "sample.py", str(stage), "--prompt", '"..."',
                                                          "--tokens", "100"]
-    assert "--tokens 1000  # writes" in train.where_things_are(out, ["music"], {"tokenizer": "midi-events-160"})
+    assert "--tokens 1000  # writes" in summary.where_things_are(out, ["music"], {"tokenizer": "midi-events-160"})

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import prores
+import machine
 import train
 from batches import get_batch, load_corpus
 from conftest import write_paragraphs
@@ -131,8 +132,8 @@ def test_resume_with_other_model_flags_is_a_clear_error(cache, text_dir, tmp_pat
 def test_loss_impl_auto_is_standard_only_where_a_gpu_compiles_it():
     names = ("auto", "fused", "standard")
     for dev, compiled in (("cpu", False), ("cpu", True), ("cuda", False)):
-        assert [train.resolve_loss_impl(n, torch.device(dev), compiled) for n in names] == ["fused", "fused", "standard"]
-    assert [train.resolve_loss_impl(n, torch.device("cuda"), True) for n in names] == ["standard", "fused", "standard"]
+        assert [machine.resolve_loss_impl(n, torch.device(dev), compiled) for n in names] == ["fused", "fused", "standard"]
+    assert [machine.resolve_loss_impl(n, torch.device("cuda"), True) for n in names] == ["standard", "fused", "standard"]
 
 
 def test_patience_stops_a_stage_at_a_plateau(cache, text_dir, tmp_path):

@@ -20,7 +20,7 @@ def hardware_info():
     """What a report's times were measured on: CPU model and its widest vector instructions (one model name covers
     chips with and without AVX-512, ~2x apart on our fp32 steps), cores, threads, torch, Python, GPU."""
     import torch
-    from train import cpu_info
+    from machine import cpu_info
     name, flags = cpu_info()
     isa = next((f.upper() for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "asimd") if f in flags), None)
     return {"cpu": name or platform.processor() or "CPU", "isa": isa, "cores": os.cpu_count(),
