@@ -20,7 +20,7 @@ from pathlib import Path
 INVOCATION_FLAGS = ("out", "jobs", "threads", "report_only", "plan", "reuse")  # how a report is made, not its results
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: train, model, data
 
-import train  # noqa: E402
+import summary, train  # noqa: E402,E401 (summary: the run's plots, which reports reuse)
 from checkpoint import read_summary  # noqa: E402,F401 (the experiments read it from here)
 from data.common import (UserError, atomic_write_bytes, positive_float, positive_int, writable_folder,  # noqa: E402,F401
                          write_json)  # (the experiments take these from here)

@@ -227,8 +227,7 @@ def headline_records(a, runs):
     """--preset headline: (each finished run's prose perplexity, the missing runs); seed 1337's loss: headline.png."""
     done, head = [(r.meta, common.read_summary(r.folder)) for r in runs.values()], runs["curriculum+prores-s0"].folder
     if (head / "metrics.jsonl").exists():
-        from summary import plot_losses
-        plot_losses(head), (a.out / "headline.png").write_bytes((head / "loss.png").read_bytes())
+        common.summary.plot_losses(head), (a.out / "headline.png").write_bytes((head / "loss.png").read_bytes())
     return ([{"condition": m["condition"], "seed": m["seed"], "ppl_final": s["stages"][-1]["val_ppl"], "stage_ppl":
               [t["val_ppl"] for t in s["stages"]], "seconds": round(s["seconds"], 1)} for m, s in done if s],
             [[m["condition"], m["seed"], "not run or diverged"] for m, s in done if not s])
