@@ -910,6 +910,12 @@ def main(argv=None):
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         p.error(f"unknown shape(s) {unknown}; choose from {list(SHAPES)}")
+    default_bench(args, device, shapes)
+
+
+def default_bench(args, device, shapes):
+    """bench.py with no mode flag: every shape's step through each variant (fp32 standard and fused, --dtype
+    auto, compiled with --compiled), their agreement, data throughput and --curve's loss curves."""
     from machine import resolve_dtype
     body, head = resolve_dtype("auto", device, 50257)  # what train.py runs by default here (GPT-2 vocab)
     variants = [Variant("standard fp32", "standard", torch.float32), Variant("fused fp32", "fused", torch.float32)]
