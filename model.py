@@ -440,7 +440,7 @@ class _Asking:
 
     def attn(self, h):
         att, rows, pos = self._block.attn, self._rows, self._pos
-        (N, _, C), (B, T, _), nh = h.shape, self._keys.shape, att.n_head
+        (N, _, C), T, nh = h.shape, self._keys.shape[1], att.n_head
         w, b = att.c_attn.weight, att.c_attn.bias
         q = F.linear(h, w[:C], None if b is None else b[:C]).view(N, 1, nh, C // nh).transpose(1, 2)  # (N, nh, 1, hs)
         k, v = F.linear(self._keys, w[C:], None if b is None else b[C:]).split(C, dim=2)             # (B, T, C)

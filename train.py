@@ -37,13 +37,13 @@ from baseline import with_baseline
 from batches import get_batch, row_generators, task_accuracy
 from checkpoint import (NO_SPACE, MetricsLog, check_resume_args, load_model, model_config, read_checkpoint,
                         restore_run_state, run_state, save_run_checkpoint, stage_file)
-from data.common import UserError, cache_dir
+from data.common import UserError
 from flags import parse_args
 from interrupts import CtrlC, Interrupted, exit_code, sigterm_stops
-from machine import FLOAT16_ON_CPU, all_mean, resolve_dtype, resolve_loss_impl, setup_distributed
+from machine import all_mean, resolve_dtype, resolve_loss_impl, setup_distributed
 from model import GPT, GPTConfig, group_of
 from objectives import Objective, make_objective
-from preflight import prepare_stages
+from preflight import check_inputs, prepare_stages
 from run_folder import claimed
 
 
@@ -358,9 +358,7 @@ def run(args, inner=False):
     it (run_folder.claimed). inner: a --baseline arm, run inside another run (which ends the process group)."""
     env = setup_distributed(args)
     out = Path(args.out)
-    if env.device.type == "cpu" and args.dtype == "float16" and env.master:
-        print(FLOAT16_ON_CPU, file=sys.stderr)
-    cache_dir(args.cache_dir)  # a usable cache folder (--cache-dir, else $PRELUDE_CACHE, else ~/.cache/prelude)
+    check_inputs(args, env)  # a usable cache folder; --dtype float16 on a CPU warns
     with claimed(args, env, out):
         result = train_curriculum(args, env, out)
     result = with_baseline(args, env, out, result, run) if args.baseline else result
