@@ -21,8 +21,8 @@ over chunks in fp32. A row whose target probability underflows `dtype` (loss > 8
 fp16, so prefer bf16) is re-scored exactly in fp32. In fp32 the result matches
 F.cross_entropy(h @ W.T, t) and its gradients to rounding.
 
-Speed (2-core AVX-512-bf16 CPU, 8192 rows, d=64, V=50257, forward+backward): standard fp32
-~4.1 s, this in fp32 ~1.3 s, in bf16 ~0.45 s; extra memory ~0.1 GB instead of ~4.7 GB.
+Its speed against the standard head is measured by `python bench.py` (ratios in the same run); the memory it
+saves is the (rows, V) logits and their gradient, never held whole.
 Rows per chunk (`chunk_rows`): 512, except for a narrow head (C <= 16) in fp32 on one CPU thread
 (a sweep's runs, 1 thread each), where a logit costs only C multiply-adds, so the three matmuls
 are bound by moving the (r, V) buffer through memory rather than by arithmetic: there the buffer
@@ -44,7 +44,7 @@ def chunk_rows(C, V, device, dtype, threads=None):
     C = 16 618 ms at 512 rows, 293 ms at 16 rows (2.1x; a d16 4-layer training step of 16 x 128
     684 -> 356 ms); C = 24, 32, 64 no faster or slower with small chunks (their matmuls do enough
     arithmetic per logit). With 2 threads on a busy machine
-    16-row chunks were 5x slower (each small matmul waits for both threads), so the rule stays
+    16-row chunks were several times slower (each small matmul waits for both threads), so the rule stays
     with 1 thread."""
     threads = torch.get_num_threads() if threads is None else threads
     if torch.device(device).type != "cpu" or dtype != torch.float32 or C > NARROW_HEAD or threads != 1:

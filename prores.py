@@ -31,13 +31,8 @@ it from 0 again switches off what the transfer brought, while the new stage's lr
                    are scaled down and switched back on over the stage;
   run              one warmup over the whole curriculum (T auto from the run's steps): alpha never falls
                    at a stage boundary, but blocks may arrive trained while their alpha is still below 1.
-Measured on the headline command, music -> poetry -> prose at train.py's default budget (4 layers, d = 16,
-400 steps a stage), 3 seeds (experiments/results/ladder-headline), prose validation perplexity: fresh
-754.1 ± 32.0, no ProRes 750.5 ± 28.7 (no clear difference, paired p = 0.91), stage 805.5 ± 28.2 (fresh 6.4%
-lower, paired p = 0.024), prose alone 1023.8 ± 48.6. At the old
-default budget (d = 64, 200 steps, one seed) the per-stage ramp ended 22% above the same curriculum without
-ProRes (1026.4 vs 840.8) and 13% above prose alone (908.8). So fresh is the default; at 4 layers ProRes
-neither helps nor hurts the from-scratch stage here (the paper's gains grow with depth).
+Why fresh is the default, measured (the three scopes on the headline command, three seeds each): RESULTS.md,
+experiments/results/ladder-headline.
 
 Once every layer has reached its final value the hook stops touching the model (`done`).
 Every schedule, the fixed ones too, ends at alpha = 1: the authors switch the model back to its

@@ -47,8 +47,7 @@ Choices a reader should know (ours, not the papers'):
   always wins, the other's amplitude changes no prediction (the tests' grid has both).
 - The grid is screened cheaply (one vectorised evaluation of every grid point), L-BFGS runs from the
   best few points as one batched problem (their objectives are independent, so the sum is
-  minimised by minimising each), and the winner is polished alone. 300 runs fit in 0.2-0.5 s on
-  2 CPU cores (plus ~2 s once per process: torch.optim imports torch._dynamo).
+  minimised by minimising each), and the winner is polished alone.
 - Muennighoff is fitted in two steps like its authors: E, A, B, alpha, beta as Chinchilla in N and
   D on the single-epoch rows (D == U; all rows if there are none), then R_D*, R_N* with the base
   frozen. Step 1 takes single-epoch runs as unsaturated (N' = N), as in the authors' data; single-

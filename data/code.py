@@ -19,8 +19,7 @@ then <|endoftext|>); a file goes to validation iff split_is_val(its path relativ
 stdlib root, 5%). The cache key holds the Python version and a stamp of the file list
 (relative paths and sizes), since the standard library differs between versions.
 
-Measured here (CPython 3.11.7, 2 busy cores): 734 candidate files, 730 kept (4 "generated"),
-11.4 MB, 4.89M train + 0.35M validation GPT-2 tokens (699 / 31 files), prepared in ~2.5 s.
+Its counts (files kept, tokens per split) are in the prepared corpus's manifest.json.
 """
 
 import hashlib

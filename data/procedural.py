@@ -31,9 +31,7 @@ non-PAD tokens permuted within each row; the loss mask stays where it was (on th
 `load_procedural(spec, cache, ...)` is the loader for the stage `procedural:SPEC`.
 The floor of each kind's val loss, its mean entropy per loss-counted token: data/procedural_entropy.py.
 
-Speed (this shared 2-core machine, 100k rows): 0.1-2 s per kind (Dyck shuffle and stack the
-slowest), about 1-2 s more for the shuffled control; the generators loop over positions (stack,
-Dyck, CA rows), never over sequences.
+The generators loop over positions (stack, Dyck, CA rows), never over sequences.
 """
 
 import hashlib

@@ -1,5 +1,5 @@
 """ProRes (arXiv 2603.05369): the schedules against their formulas, the hook's in-place writes,
-and the norm placements of model.Block against references written from PAPERS.md section 4."""
+and the norm placements of model.Block against references written from the paper's equations."""
 import math
 
 import pytest
@@ -18,7 +18,7 @@ def tiny(**kw):
 # --- schedules -------------------------------------------------------------------------------
 
 def formula(schedule, l, t, T, L):
-    """alpha(l, t) for one layer, written out from PAPERS.md section 4 in plain floats."""
+    """alpha(l, t) for one layer, written out from the paper's equation (arXiv 2603.05369) in plain floats."""
     clip = lambda v: min(max(v, 0.0), 1.0)
     return {
         "linear": lambda: clip(t / (T * l)),
@@ -174,7 +174,7 @@ def layer_norm(x, ln):
 
 
 def reference(block, x, a, norm, L, l):
-    """PAPERS.md section 4, the sub-layers F = attention then MLP, each with its own norm(s);
+    """The paper's placements (arXiv 2603.05369), the sub-layers F = attention then MLP, each with its own norm(s);
     l = 1..L is the block's layer number."""
     branches = [(block.attn, block.ln_1, getattr(block, "ln_1_out", None)),
                 (block.mlp, block.ln_2, getattr(block, "ln_2_out", None))]
