@@ -1,7 +1,7 @@
 """
 --baseline: after a curriculum, its last stage trained alone from random init in the same run folder, so
 a curriculum's gain is read beside what it cost (the same budget, without --prores, and compute-matched:
-as many steps as the whole curriculum, the ladder paper's control).
+as many steps as the whole curriculum, the ladder paper's control); OUT/baseline.png draws them side by side.
 """
 
 import argparse
@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 from checkpoint import write_atomic
+from flags import command_line
+from summary import figure, read_events, save_figure
 
 
 def baseline_arms(args, result):
@@ -52,7 +54,48 @@ def with_baseline(args, env, out, result, run):
     if env.master:
         write_atomic(out / "summary.json", json.dumps(result, indent=2).encode())
         print(baseline_table(last, cur, arms))
+        if not args.no_plot:
+            plot_baseline(out, result, args)
+            print(f"{out / 'baseline.png'}: {last}'s validation loss against the tokens each model has seen, the "
+                  "curriculum's last stage (after the tokens of its earlier stages) beside each arm; lower is better")
     return result
+
+
+def baseline_curves(out, result):
+    """{legend label: (tokens seen, validation loss)} of --baseline's figure: the curriculum's last stage, its
+    tokens counted over every stage of the run, and each arm of result["baseline"], in its own folder."""
+    stages, b = result["stages"], result["baseline"]
+
+    def curve(folder, stage_index, before, per_step):
+        evals = sorted((e["iter"], e["val_loss"]) for e in read_events(Path(folder) / "metrics.jsonl")
+                       if e.get("event") == "eval" and e.get("stage_index") == stage_index)
+        return [before + it * per_step for it, _ in evals], [loss for _, loss in evals]
+    before, per_step = sum(s["tokens"] for s in stages[:-1]), stages[-1]["tokens"] / stages[-1]["iters"]
+    curves = {f"the curriculum ({', '.join(s['name'] for s in stages)}): ppl {b['curriculum']['val_ppl']:.1f}":
+              curve(out, len(stages) - 1, before, per_step)}
+    for a in b["arms"]:
+        curves[f"{b['stage']} alone, {a['arm']}: ppl {a['val_ppl']:.1f}"] = curve(Path(out) / a["folder"], 0, 0,
+                                                                                  a["tokens"] / a["steps"])
+    return curves
+
+
+def plot_baseline(out, result, args):
+    """OUT/baseline.png: baseline_curves on one axis, the arms' final perplexities in the legend, a line where the
+    curriculum's last stage starts, titled with the command. Returns the legend's labels."""
+    last, curves = result["baseline"]["stage"], baseline_curves(out, result)
+    fig, (ax,) = figure()
+    for label, (x, y) in curves.items():
+        ax.plot(x, y, "o-", ms=3, label=label)
+    start = sum(s["tokens"] for s in result["stages"][:-1])
+    if start:
+        ax.axvline(start, color="grey", lw=0.5, ls="--", label=f"the curriculum's {last} stage starts")
+    ax.set_xlabel("tokens seen (every stage of a run)")
+    ax.set_ylabel(f"{last} validation loss (nats/token)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    save_figure(fig, Path(out) / "baseline.png", f"the curriculum's {last} stage beside {last} alone from random init "
+                f"(--baseline): {command_line(args)}")
+    return list(curves)
 
 
 def baseline_table(last, cur, arms):

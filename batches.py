@@ -89,10 +89,11 @@ def keep_unique_tokens(corpus, n):
         raise UserError(f"--unique-tokens: stage {corpus.name!r} is a stream of fresh records (it has no fixed "
                         "training set to keep part of); leave out --unique-tokens or use a task: stage")
     unit = corpus.info.get("seq_len") or corpus.info.get("chunk_len") or 1
-    n = int(n) // unit * unit
+    given, n = int(n), int(n) // unit * unit
     if n < unit or n > len(corpus.train):
-        raise UserError(f"--unique-tokens {n:,}: stage {corpus.name!r} has {len(corpus.train):,} training tokens"
-                        + (f" in records of {unit}" if unit > 1 else "") + "; choose a value between them")
+        raise UserError(f"--unique-tokens {given:,}: stage {corpus.name!r} has {len(corpus.train):,} training tokens"
+                        + (f" in records of {unit}" if unit > 1 else "")
+                        + f"; give a value from {unit:,} to {len(corpus.train) // unit * unit:,}")
     corpus.train = corpus.train[:n]
     if corpus.train_mask is not None:
         corpus.train_mask = corpus.train_mask[:n]

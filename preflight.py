@@ -1,7 +1,7 @@
 """
 Before a run writes anything: every stage's data loaded and checked (prepare_stages: one call a run),
-each step's memory, and the flags that need the machine. A problem is a UserError of one line naming the
-fix, here, not a traceback steps or stages later.
+each step's memory and predicted time, and the flags that need the machine. A problem is a UserError of one
+line naming the fix, here, not a traceback steps or stages later.
 """
 
 import sys
@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from batches import context_length, load_corpus, stage_iters
 from data.common import UserError, cache_dir
-from machine import FLOAT16_ON_CPU, available_memory_bytes, rank0_first
+from machine import FLOAT16_ON_CPU, available_memory_bytes, matmul_flops, rank0_first
 
 
 class Prepared(NamedTuple):
@@ -31,7 +31,8 @@ def prepare_stages(args, env, stages, first=0):
     """Every stage from `first` on, before any of them trains: its corpus loads (prepared once: rank 0
     first, the others then read the cache), its step fits in memory (check_step_fits) and its data hold a
     window of --block-size + 1 tokens in each split (check_windows): else a UserError of one line, not one at
-    the first batch or evaluation, steps or stages later. A stage shorter than its warm-up is a warning.
+    the first batch or evaluation, steps or stages later. A stage shorter than its warm-up is a warning, and so
+    is a step predicted to take minutes (warn_slow_step).
     Returns {stage index: Prepared} for the stages from `first` on."""
     prepared, short = {}, []
     for si, name in list(enumerate(stages))[first:]:
@@ -40,6 +41,8 @@ def prepare_stages(args, env, stages, first=0):
         seq_len = context_length(corpus, args.block_size)
         check_step_fits(args, corpus, seq_len)
         check_windows(corpus, name, args.block_size)
+        if env.master:
+            warn_slow_step(args, corpus, seq_len, env.device)
         rows_per_step = args.batch_size * args.grad_accum * env.world
         prepared[si] = Prepared(corpus, seq_len, stage_iters(args, corpus, rows_per_step))
         if 1 < prepared[si].iters < args.warmup_iters:  # (a stage of one step has no warm-up: lr_at gives it --lr)
@@ -88,3 +91,31 @@ def check_step_fits(args, corpus, seq_len):
     if args.mir and args.mir_keep_first >= seq_len:
         raise UserError(f"--mir-keep-first {args.mir_keep_first} keeps every position of stage {corpus.name!r}'s "
                         f"{seq_len}-token rows unmasked, so MIR would mask nothing; give a value below {seq_len}")
+
+
+SLOW_STEP_SECONDS = 180  # a step predicted to take longer than this is said before the run trains
+
+
+def step_flops(args, vocab_size, seq_len):
+    """About the FLOPs of one optimizer step of one process: 6 a parameter a token (forward and backward) for
+    the blocks (12 n_embd^2 parameters each) and the LM head, and attention's 12 n_layer T n_embd a token (the
+    T x T scores and their weighted sum, forward and backward)."""
+    L, d = args.n_layer, args.n_embd
+    return args.batch_size * args.grad_accum * seq_len * (6 * (12 * L * d * d + vocab_size * d) + 12 * L * seq_len * d)
+
+
+def warn_slow_step(args, corpus, seq_len, device):
+    """Say in one line, before any step, a step predicted (step_flops over this machine's matmul speed,
+    machine.matmul_flops: a lower bound) to take more than SLOW_STEP_SECONDS, and what shortens it."""
+    flops = step_flops(args, corpus.vocab_size, seq_len)
+    if flops < SLOW_STEP_SECONDS * 1e9:  # (within the time even at 1 GFLOP/s: nothing to measure)
+        return
+    rate = matmul_flops(device)
+    seconds = flops / rate
+    if seconds > SLOW_STEP_SECONDS:
+        took = f"{seconds / 60:.0f} minutes" if seconds < 7200 else f"{seconds / 3600:.1f} hours"
+        accum = f" x --grad-accum {args.grad_accum}" if args.grad_accum > 1 else ""
+        print(f"warning: stage {corpus.name!r}: one step (--batch-size {args.batch_size}{accum} x --block-size "
+              f"{seq_len:,}: {flops:.1e} FLOPs) is predicted to take at least {took} on this {device.type} "
+              f"({rate / 1e9:,.0f} GFLOP/s measured); lower --block-size or --batch-size for shorter steps (a "
+              f"Ctrl-C or SIGTERM waits at most --stop-grace {args.stop_grace:g} s for a step)", file=sys.stderr)

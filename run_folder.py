@@ -14,14 +14,14 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from checkpoint import disk_full, no_space
-from data.common import UserError
+from checkpoint import run_disk_full
+from data.common import UserError, no_space
 
 
-# the temporary names of the run's own files (save_checkpoint, write_atomic, train.plot_losses): a process
+# the temporary names of the run's own files (save_checkpoint, write_atomic, summary.save_figure): a process
 # killed while writing one leaves it behind
 TEMP_FILES = (".ckpt.pt.tmp-*", ".stage*.pt.tmp-*", ".summary.json.tmp-*", ".metrics.jsonl.tmp-*",
-              ".loss.png.tmp-*", ".loss.tmp.png")
+              ".loss.png.tmp-*", ".loss.tmp.png", ".baseline.png.tmp-*")
 
 
 def remove_stale_temp_files(out):
@@ -35,7 +35,7 @@ def remove_stale_temp_files(out):
               f"({', '.join(f.name for f in gone[:3])}{', ...' if len(gone) > 3 else ''})")
 
 
-RUN_FILES = ("ckpt.pt", "summary.json", "metrics.jsonl", "loss.png", "stage*.pt")
+RUN_FILES = ("ckpt.pt", "summary.json", "metrics.jsonl", "loss.png", "baseline.png", "stage*.pt")
 
 
 def check_out_folder(args, out):
@@ -58,7 +58,8 @@ def check_out_folder(args, out):
 class RunLock:
     """OUT/.lock: one live run per folder. acquire() creates it atomically (O_CREAT|O_EXCL) holding
     "PID START HOST" (START: the process's start time, so a reused PID is not mistaken for the
-    run); a lock whose process is gone (killed with -9, a crash) is taken over, saying so; a live
+    run); a lock whose process is gone (killed with -9, a crash) is taken over, saying so (once the lock is
+    this process's: of two processes racing for it, only the winner says it); a live
     one is a UserError naming its PID. release() removes it only if it is still this process's.
     A lock that cannot be written for lack of space is a DiskFull of one line (the empty file removed):
     the run is refused, not run unlocked, since it could save no checkpoint either; --resume continues it
@@ -69,6 +70,7 @@ class RunLock:
 
     def acquire(self):
         me = f"{os.getpid()} {_start_time(os.getpid()) or ''} {socket.gethostname()}\n"
+        took_over = None  # the PID of the stale lock this process removed: said once the lock is this process's
         for _ in range(10):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -84,7 +86,7 @@ class RunLock:
                         f"{' on host ' + host if elsewhere else ''}); wait for it to end or stop it, or give "
                         "another --out" + (f" (delete {self.path} if that run is gone)" if elsewhere else ""))
                 if self._remove_stale(holder):
-                    print(f"{self.out}: taking over the lock of run PID {pid or '?'}, which is no longer running")
+                    took_over = pid or "?"
                 continue
             except OSError as e:
                 raise self._cannot_write(e) from None
@@ -96,6 +98,8 @@ class RunLock:
             finally:
                 os.close(fd)
             self.mine = me
+            if took_over is not None:  # (a process that lost the race to another run says nothing of it)
+                print(f"{self.out}: taking over the lock of run PID {took_over}, which is no longer running")
             return
         raise UserError(f"--out {self.out}: other processes keep taking and dropping its lock {self.path}; "
                         "give another --out")
@@ -104,7 +108,7 @@ class RunLock:
         """The UserError of a lock that cannot be written. On a full disk the run is refused rather than
         run unlocked: it could save no checkpoint either; once space is freed --resume continues it."""
         if no_space(e):
-            return disk_full(self.path, 2**20)
+            return run_disk_full(self.path, 2**20)
         return UserError(f"--out {self.out}: cannot write in this folder ({e.strerror}); give a folder you can "
                          "write to")
 

@@ -16,8 +16,8 @@ writes) the tokens drawn so far, says so in one line and exits 130. A prompt lon
 context is said in one line: the model reads only its last block_size tokens.
 """
 
+import io
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -26,12 +26,12 @@ import torch
 import diffusion
 import checkpoint
 from checkpoint import check_device, read_checkpoint
-from data.common import ArgumentParser, UserError, check_output
+from data.common import ArgumentParser, UserError, atomic_write_bytes, check_output
 
 
 def load_model(path, device="cpu", flag="checkpoint"):
     """(model in eval mode, checkpoint) of a checkpoint the user named (`flag` says where)."""
-    return checkpoint.load_model(read_checkpoint(path, flag, map_location=device), device)
+    return checkpoint.load_model(read_checkpoint(path, flag, map_location=device), device, name=path)
 
 
 def real_vocab(ck):
@@ -111,6 +111,8 @@ def main(argv=None):
     p.add_argument("--cache-dir", default=None,
                    help="text stages: the prepared-data cache, for the GPT-2 tokenizer files "
                         "(default: $PRELUDE_CACHE or ~/.cache/prelude)")
+    p.add_argument("--verbose", action="store_true",
+                   help="with an error, its details too (e.g. every tensor of a checkpoint that does not fit)")
     args = p.parse_args(argv)
     for flag in ("tokens", "samples", "steps"):
         if getattr(args, flag) is not None and getattr(args, flag) <= 0:
@@ -131,6 +133,8 @@ def main(argv=None):
         sample(args)
     except UserError as e:
         print(f"sample.py: error: {' '.join(str(e).split())}", file=sys.stderr)
+        if args.verbose and e.details:
+            print(e.details, file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as e:  # Stopped's partial sample is printed or written, and says so, in sample()
         print(f"sample.py: {e.args[0] if e.args else 'interrupted (Ctrl-C); nothing more printed or written'}",
@@ -142,7 +146,6 @@ def write_piano_roll(notes, path, title="", ax=None):
     """A piano-roll PNG of notes (data/midi.py Notes): pitch against time, velocity as shade.
     With `ax`, draws into that matplotlib axis instead (the ladder report puts a real piece and
     a sampled one side by side) and returns it; else writes PATH atomically and returns it."""
-    import os
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -160,11 +163,10 @@ def write_piano_roll(notes, path, title="", ax=None):
     if fig is None:
         return ax
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)
+    path, png = Path(path), io.BytesIO()
+    fig.savefig(png, dpi=100, format="png")
     plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())  # (a full disk: a DiskFull of one line, no temporary file left)
     return path
 
 
@@ -195,10 +197,9 @@ def sample(args):
         y, stopped = draw(args, model, ck, ids, top_k, gen)
         for i, row in enumerate(y.tolist()):
             path = out if args.samples == 1 else out.with_name(f"{out.stem}-{i}{out.suffix}")
-            mid = music.decode(row)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            mid.save(tmp)
-            os.replace(tmp, path)
+            mid, midi_bytes = music.decode(row), io.BytesIO()
+            mid.save(file=midi_bytes)
+            atomic_write_bytes(path, midi_bytes.getvalue())
             notes = sum(1 for t in mid.tracks for m in t if m.type == "note_on" and m.velocity > 0)
             roll = write_piano_roll(midi_to_notes(path), path.with_suffix(".png"), f"sampled: {path.name}")
             print(f"wrote {path}: {notes} notes, {mid.length:.1f} s (piano roll: {roll})")

@@ -1,15 +1,17 @@
 """
 What a run tells as it goes: a stage's banner and its summary row, the table of stages, OUT/summary.json,
-OUT/loss.png, and the last lines (where the run's files are, and how to sample from it).
+OUT/loss.png (one axis per vocabulary; save_figure draws every figure of a run, baseline.py's too), and the
+last lines (where the run's files are, and how to sample from it).
 """
 
+import io
 import json
 import math
-import os
 from pathlib import Path
 
 from batches import unigram_perplexity
-from checkpoint import stage_file, write_atomic
+from checkpoint import read_summary, stage_file, write_atomic
+from flags import command_line
 
 
 def where_things_are(out, stages, last_info):
@@ -35,20 +37,53 @@ def print_table(summaries):
               + ("   (val = NLL bound)" if s.get("objective") == "mdlm" else ""))
 
 
-def plot_losses(out):
-    """OUT/loss.png: train and val loss per stage against the global step, with each stage's
-    unigram level (the log of its unigram perplexity: the loss of knowing token counts only)."""
+def figure(n_axes=1):
+    """(matplotlib figure, its axes side by side): the Agg backend, which draws without a screen."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    events = [json.loads(l) for l in open(Path(out) / "metrics.jsonl")]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    offset, colors = 0, plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    names = []
+    fig, axes = plt.subplots(1, n_axes, figsize=(4.5 + 4 * n_axes, 4.8), squeeze=False)
+    return fig, list(axes[0])
+
+
+def save_figure(fig, path, title):
+    """fig, titled (wrapped to its width), as a PNG at path by write_atomic: a temporary name, then a rename
+    (a full disk: a DiskFull of one line); the figure is closed."""
+    import textwrap
+    import matplotlib.pyplot as plt
+    fig.suptitle("\n".join(textwrap.wrap(title, int(fig.get_figwidth() * 13))), fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, dpi=110, format="png")
+    finally:
+        plt.close(fig)
+    write_atomic(Path(path), buf.getvalue())
+
+
+def read_events(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def plot_losses(out, args=None):
+    """OUT/loss.png: train and val loss per stage against the global step, with each stage's unigram level (the
+    log of its unigram perplexity: the loss of knowing token counts only); one axis per vocabulary (music's 160
+    tokens and text's 50,257 have losses on other scales), titled with the command that made the run (args, or
+    those of OUT/summary.json). Returns the vocabularies, one an axis."""
+    import matplotlib
+    events = read_events(Path(out) / "metrics.jsonl")
+    args = args or (read_summary(out) or {}).get("args")
+    names, vocab = [], {}
     for e in events:  # stage order as first seen
         if e.get("stage") is not None and (e["stage_index"], e["stage"]) not in names:
             names.append((e["stage_index"], e["stage"]))
+        if e.get("event") == "stage_end":
+            vocab[e["stage_index"]] = e.get("vocab_size")
+    vocabs = list(dict.fromkeys(vocab.get(si) for si, _ in names)) or [None]
+    fig, axes = figure(len(vocabs))
+    offset, colors = 0, matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (si, name) in enumerate(names):
+        ax = axes[vocabs.index(vocab.get(si))]
         tr = {e["iter"]: e["loss"] for e in events if e.get("event") == "train" and e.get("stage_index") == si}
         ev = {e["iter"]: e["val_loss"] for e in events if e.get("event") == "eval" and e.get("stage_index") == si}
         c = colors[i % len(colors)]
@@ -63,18 +98,15 @@ def plot_losses(out):
                       label=f"{name} unigram level")
         offset = end
         ax.axvline(offset, color="grey", lw=0.5)
-    ax.set_xlabel("optimizer step (all stages)")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    tmp = Path(out) / f".loss.png.tmp-{os.getpid()}"
-    try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, Path(out) / "loss.png")
-    finally:
-        tmp.unlink(missing_ok=True)
-        plt.close(fig)
+    for ax, v in zip(axes, vocabs):
+        ax.set_title(f"vocabulary {v:,}" if v else "", fontsize=9)
+        ax.set_xlabel("optimizer step (all stages)")
+        ax.set_ylabel("cross-entropy (nats/token)")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    save_figure(fig, Path(out) / "loss.png", "train and validation loss of each stage (dashed: its unigram level), "
+                "one axis per vocabulary" + (f": {command_line(args)}" if args else ""))
+    return vocabs
 
 
 def stage_banner(S, args, index, n_stages, device):
@@ -120,5 +152,5 @@ def finish(out, result, stages, last_info, args):
         print("\nthe whole run:")
         print_table(result["stages"])
     if not args.no_plot:
-        plot_losses(out)
+        plot_losses(out, args)
     print(where_things_are(out, stages, last_info))

@@ -35,9 +35,9 @@ import summary
 import transfer
 from baseline import with_baseline
 from batches import get_batch, row_generators, task_accuracy
-from checkpoint import (NO_SPACE, MetricsLog, check_resume_args, load_model, model_config, read_checkpoint,
-                        restore_run_state, run_state, save_run_checkpoint, stage_file)
-from data.common import UserError
+from checkpoint import (MetricsLog, check_resume_args, load_model, model_config, read_checkpoint, restore_run_state,
+                        run_state, save_run_checkpoint, stage_file)
+from data.common import UserError, no_space
 from flags import parse_args
 from interrupts import CtrlC, Interrupted, exit_code, sigterm_stops
 from machine import all_mean, resolve_dtype, resolve_loss_impl, setup_distributed
@@ -89,10 +89,9 @@ def build_model(args, corpus, objective, prev, device, master):
         src_tok = prev.get("tokenizer") or (dst_tok if src_vocab in (corpus.vocab_size, cfg.vocab_size)
                                             else f"vocab-{src_vocab}")
         groups = transfer.parse_groups(args.transfer) if args.transfer else transfer.default_groups(src_tok, dst_tok)
-        try:  # the ladder's selective transfer, the procedural paper's attention-only / MLP-only (transfer.py)
-            report = transfer.transfer(prev["model"], model, groups, shared_rows=src_tok == dst_tok)
-        except ValueError as e:
-            raise UserError(str(e).replace("\n", " ")) from None
+        # the ladder's selective transfer, the procedural paper's attention-only / MLP-only (transfer.py)
+        report = transfer.transfer_checked(prev["model"], model, groups, src_tok == dst_tok,
+                                           f"--init-from {args.init_from}" if args.init_from else "the previous stage")
         blocks_trained = any(group_of(n) in ("attn", "mlp") for n in report["copied"])
         if args.embed_init == "mean" and "embed" not in groups:
             transfer.mean_embedding_init(prev["model"], model)
@@ -246,11 +245,12 @@ def evaluate(S, args, env):
 def train_stage(S, args, env, log, save, step_offset):
     """The loop of one stage, from its first (or resumed) step: the learning rate, ProRes' alpha, one update
     (train_step), the log; every --eval-interval steps an evaluation, the checkpoint (save) and --patience's
-    rule; a Ctrl-C or SIGTERM ends it after the step in flight, checkpointed. Returns the last evaluation."""
+    rule; a Ctrl-C or SIGTERM ends it after the step in flight, checkpointed (or, past --stop-grace, without that
+    step: the last checkpoint kept). Returns the last evaluation."""
     last_eval, t0, where = None, time.time(), dict(stage=S.name, stage_index=S.index)
     bar = tqdm(total=S.iters, initial=S.start_iter, desc=S.name, disable=not env.master or args.no_progress,
                dynamic_ncols=True)
-    with CtrlC(active=env.world == 1) as ctrl_c, bar:
+    with CtrlC(active=env.world == 1, grace=args.stop_grace, ckpt=Path(args.out) / "ckpt.pt") as ctrl_c, bar:
         for it in range(S.start_iter, S.iters):
             lr = lr_at(it, S.iters, args)
             for group in S.optimizer.param_groups:
@@ -276,7 +276,7 @@ def train_stage(S, args, env, log, save, step_offset):
                         print(f"\n{S.name}: no improvement by more than {args.min_delta:g} in {args.patience} "
                               f"evaluations: stopped at step {done} (best val loss {S.plateau['best']:.4f})")
                     break
-            if ctrl_c.asked:  # the step is done: save it, then stop
+            if ctrl_c.stop_requested():  # the step is done: save it, then stop
                 if done % args.eval_interval and done != S.iters:
                     save(S, done, S.index)
                 raise Interrupted(f"step {done} of stage {S.index + 1}/{len(args.stages.split(','))} ({S.name})",
@@ -369,17 +369,19 @@ def run(args, inner=False):
 
 
 def main(argv=None):
-    """train.py: run, with a UserError (a full disk included) as one line and exit 2, and Ctrl-C or SIGTERM
-    (`kill PID`) as a line saying how to resume, exit 130 or 143 (128 + the signal)."""
+    """train.py: run, with a UserError (a full disk included) as one line and exit 2 (--verbose: its details
+    below), and Ctrl-C or SIGTERM (`kill PID`) as a line saying how to resume, exit 130 or 143 (128 + the signal)."""
     args = parse_args(argv)
     with sigterm_stops():
         try:
             run(args)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
+            if args.verbose and e.details:
+                print(e.details, file=sys.stderr)
             sys.exit(2)
         except OSError as e:
-            if e.errno not in NO_SPACE:
+            if not no_space(e):
                 raise
             print(f"error: no space left on the disk{' of ' + str(e.filename) if e.filename else ''}: free some "
                   "space, then run the same command with --resume to continue", file=sys.stderr)

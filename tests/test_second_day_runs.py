@@ -181,7 +181,8 @@ def test_sigterm_saves_the_step_says_how_to_resume_and_leaves_no_temporary_file(
             p.wait()
     assert p.returncode == 128 + signal.SIGTERM, err
     said = [ln for ln in err.splitlines() if ln.strip() and "doc/s]" not in ln]
-    assert said[0] == "SIGTERM: finishing this step and saving a checkpoint (Ctrl-C again to stop at once)", said
+    assert said[0] == ("SIGTERM: finishing this step and saving a checkpoint (within --stop-grace 30 s, else the step "
+                       "is abandoned and the last checkpoint kept; Ctrl-C again to stop at once)"), said
     assert said[1].startswith("interrupted after step ") and said[1].endswith(
         f"saved {out / 'ckpt.pt'}: continue with the same command and --resume"), said
     assert temp_files(out) == [] and not (out / ".lock").exists()
@@ -199,14 +200,14 @@ def test_sigterm_outside_the_loop_stops_at_once_and_leaves_no_temporary_file(str
     """SIGTERM while summary.json is written: its temporary file is removed, the lock released, the resume line."""
     argv, _, _ = straight
     out = tmp_path / "run"
-    real = checkpoint.atomic_write_bytes
+    real = os.fsync
 
-    def killed_while_writing(path, data):
-        checkpoint._tmp_name(path).write_bytes(data[:10])
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # (the handler raises first)
-        return real(path, data)
-    monkeypatch.setattr(checkpoint, "atomic_write_bytes", killed_while_writing)
+    def killed_while_writing(fd):  # (the temporary file is written, not yet synced and renamed)
+        if ".summary.json.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # (the handler raises first)
+        return real(fd)
+    monkeypatch.setattr(os, "fsync", killed_while_writing)
     handler = signal.getsignal(signal.SIGTERM)
     code, err, _ = refusal(capsys, train.main, argv + ["--out", str(out)])
     assert code == 128 + signal.SIGTERM and err == [
