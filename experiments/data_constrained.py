@@ -1,23 +1,19 @@
-"""
-Data-constrained pre-training (Xu et al., arXiv 2606.06888; github.com/yixinw-lab/dc_pretrain): many epochs over U
+"""Data-constrained pre-training (Xu et al., arXiv 2606.06888; github.com/yixinw-lab/dc_pretrain): many epochs over U
 unique tokens of music; AR with a tuned strong weight decay (wd) against the same + MIR (wd+mir) and masked diffusion
 (MDLM) on a grid of sizes x budgets, scaling.py's laws fitted to it; the claims: lib/data_constrained_claims.py.
 
-    python experiments/data_constrained.py --plan          # the phases, their runs, the estimated time
     python experiments/data_constrained.py [--quick]       # the default (--preset authors): hours [minutes]
     python experiments/data_constrained.py --preset earlier  # the grid of experiments/results/data_constrained-earlier
     python experiments/data_constrained.py --report-only --out DIR  # rebuild from DIR/runs, or DIR/report.json alone
     python experiments/data_constrained.py --reuse experiments/results/data_constrained  # train only what it lacks
 
-Phases (a run is train.py in OUT/runs/<name>: skipped when finished, resumed, or taken from --reuse DIR's report):
-0. (authors) the scan (lib/data_constrained_scan.py) chooses sizes, budgets, epochs; 1. the decay sweep per size at
-U0 (the lowest mean loss is the size's strong decay); 2. the grid, sizes x budgets x methods (METHOD_RUN); 3-4. every
-final checkpoint on the whole validation split (evaluate.py; MDLM: its NLL bound), the report (lib/*_report.py).
+Phases of train.py runs in OUT/runs: 0. (authors) the scan (lib/data_constrained_scan.py) chooses sizes, budgets,
+epochs; 1. the decay sweep per size at U0 (the lowest mean loss is the size's strong decay); 2. the grid, sizes x
+budgets x methods (METHOD_RUN); 3-4. every final checkpoint on the whole validation split (evaluate.py), the report.
 The authors' baseline (dcp/model.py:95, :135-149, :194; dcp/train4_diffusionauxiliary_impl.py:314-333): dropout 0.1
 on the attention output only, an untied decayed head, decays 0.4-3.2 (scripts/all5models_baseline.sh:21-25). MIR:
 lambda 0.4, mask ratio U[0, 0.5], the first 8 positions kept. Their MDLM: lr 2e-4 (ddc_72M_largewd.sh:17), their AR
-from 257M up 1e-3 (all5models_baseline.sh:23-25): ours at AR lr x 0.2, 256 epochs (theirs 500-800, :14), smallest U.
-"""
+from 257M up 1e-3 (all5models_baseline.sh:23-25): ours at AR lr x 0.2, 256 epochs (theirs 500-800, :14), smallest U."""
 
 import copy
 import math
@@ -68,6 +64,8 @@ FLAGS = [("sizes", str, "model sizes, L<layers>d<width>[h<heads>]"), ("budgets",
          ("epochs", float, "passes over U"), ("methods", str, f"of {', '.join(METHOD_RUN)}"), ("stage", str, "corpus"),
          ("seeds", int, "seeds of wd and wd+mir"), ("decays", str, "decays of the sweep"), ("laws", str, "laws to fit"),
          ("train-args", str, "extra train.py flags, one string")]  # unset: the preset's
+SAME = ("stage", "subset", "block_size", "batch_size", "warmup_frac", "mir_lambda", "mir_ratio", "mir_keep_first",
+        "dropout", "dropout_at", "tie", "train_args")  # what a run's name does not say: to be the same for --reuse
 
 
 def parse_args(argv=None):
@@ -76,6 +74,7 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     vars(a).update({k: v for k, v in PRESETS[a.preset][a.quick].items() if getattr(a, k, None) is None})
     a.out = Path(a.out or ("out/data_constrained-quick" if a.quick else "out/data_constrained"))
+    floats = lambda s: [float(x) for x in str(s).split(",")]  # noqa: E731 (a ValueError: the parser's one line)
     try:
         a.sizes, a.decays, a.lrs = [parse_size(s) for s in a.sizes.split(",")], floats(a.decays), floats(a.lrs)
         a.budgets = sorted(int(u) for u in floats(a.budgets))
@@ -100,10 +99,6 @@ def parse_args(argv=None):
     return a
 
 
-SAME = ("stage", "subset", "block_size", "batch_size", "warmup_frac", "mir_lambda", "mir_ratio", "mir_keep_first",
-        "dropout", "dropout_at", "tie", "train_args")  # what a run's name does not say: to be the same for --reuse
-
-
 def reused(folder, a):
     """DIR's report.json and {name: record} of the scan, sweep and grid runs it holds finished (its SAME settings ours)."""
     old = reused_report(folder)
@@ -113,10 +108,6 @@ def reused(folder, a):
                         "made with these settings, or drop --reuse")
     return old, {r["name"]: r for r in (old.get("scan") or {}).get("runs", []) + old["sweep"] + old["runs"]
                  if r.get("status", "done") == "done" and r.get("loss") is not None}
-
-
-def floats(s):
-    return [float(x) for x in str(s).split(",")]  # a ValueError is the parser's one line
 
 
 def parse_size(s):

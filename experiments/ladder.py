@@ -1,8 +1,6 @@
-"""
-The ladder (arXiv 2604.21265, "Listen and Chant Before You Read"): music -> poetry -> prose, against random init.
+"""The ladder (arXiv 2604.21265, "Listen and Chant Before You Read"): music -> poetry -> prose, against random init.
 And against its other controls, over seeds and widths; the claims it tests: experiments/lib/ladder_claims.py.
 
-    python experiments/ladder.py --plan            # the default's runs and their estimated time
     python experiments/ladder.py                   # the default (--preset contributions): the six contributions
     python experiments/ladder.py --quick           # a smoke version in minutes: every condition at d16, 2 seeds
     python experiments/ladder.py --preset subset   # 4 conditions at d 16/32/64 on the first 65,536 prose tokens
@@ -16,8 +14,7 @@ And against its other controls, over seeds and widths; the claims it tests: expe
 Each pre-training stage is a train.py run once per (width, seed), each prose stage a run from it (--init-from; one
 music run of 3N chunks serves music, volume-large, the ablations and the ladder's poetry), in waves (finished runs
 skipped); a prose run is stage 0 of its own run (at one seed every condition sees the same batches), evaluated each
-epoch (FLAGS: the budgets); compute-matched trains prose for the whole ladder's steps, the long pair until --patience
-epochs bring no new best (at most --long-epochs), its ppl_final the best."""
+epoch; the long pair's until --patience epochs bring no new best (at most --long-epochs), its ppl_final the best."""
 
 import math
 import os
@@ -30,11 +27,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: train, model, data
 
 from flags import parse_args as train_flags  # noqa: E402
-
 from checkpoint import stage_file  # noqa: E402
 from experiments.lib import common, ladder_music, ladder_report, ladder_scarcity  # noqa: E402
 from experiments.lib.ladder_headline_claims import HEADLINE_ARMS, HEADLINE_SEEDS  # noqa: E402
-from experiments.lib.common import Run, UserError  # noqa: E402
+from experiments.lib.common import Run, UserError, positive_int as POS  # noqa: E402
 
 # condition -> (pre-training run key or None, prose run key, --transfer of the prose run, prose budget)
 CONDITIONS = {
@@ -87,11 +83,9 @@ QUICK = dict(conditions="all", widths="16", capacity_widths="32", seeds=2, headl
              block_size=64, prose_tokens=2048, prose_epochs=2, music_steps=16, poetry_steps=8, music_chunks=200,
              eval_iters=4, pre_eval_iters=2, warmup_iters=4, long_width=16, long_epochs=6, patience=1)
 APPROX_TRAIN_TOKENS = {"wikitext103": 124_000_000, "wikitext2": 2_400_000, "wiki-leads": 990_088}  # for --plan
-# the plan's cost model: 1-thread CPU seconds per 1,000 training tokens by width (text: the GPT-2 head; music:
-# 160 tokens), an evaluation token's cost relative to a training token's, and a run's fixed overhead
+# the plan's cost model: 1-thread CPU seconds per 1,000 training tokens by width (text: the GPT-2 head; music: 160)
 CPU_S_PER_KTOK = {"text": {16: 0.17, 32: 0.19, 64: 0.30}, "music": {16: 0.024, 32: 0.033, 64: 0.043}}
-EVAL_FRACTION, RUN_OVERHEAD_S = 0.5, 4.0
-POS = common.positive_int
+EVAL_FRACTION, RUN_OVERHEAD_S = 0.5, 4.0  # an evaluation token's cost / a training token's; a run's fixed seconds
 FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take the preset's (SETTINGS, PRESETS)
     ("conditions", str, f"comma-separated or 'all': {', '.join(CONDITIONS)}"), ("seeds", POS, "seeds 0..N-1 a cell"),
     ("widths", str, "d_model of every condition, e.g. 16,32,64"), ("capacity-widths", str, "more widths for the "
@@ -148,8 +142,6 @@ def parse_args(argv=None):
     return a
 
 
-# --- the plan: which runs, with which flags, in which wave ---------------------------------------
-
 def steps_per_epoch(a):
     """(prose steps per epoch, the unique prose tokens U or None for the whole corpus)."""
     per_step = a.batch_size * a.block_size
@@ -184,9 +176,8 @@ def make_run(a, name, stage, steps, spe, evals, eval_iters, width, seed, parent,
             "--data-seed", a.data_seed, "--prose", a.prose, "--synthetic-tokens", a.synthetic_tokens, "--device",
             a.device, "--log-interval", 10] + (["--music-dir", a.music_dir] if a.music_dir else []) + more + (
             ["--init-from", checkpoint_of(a, parent)] if parent else [])
-    return Run(name, a.out / "runs" / name, [str(x) for x in argv], dict(
-        kind=kind, stage=stage, steps=steps, evals=evals, spe=spe, deps=[parent.name] if parent else [],
-        eval_iters=eval_iters, width=width))
+    return Run(name, a.out / "runs" / name, [str(x) for x in argv], dict(kind=kind, stage=stage, steps=steps,
+               evals=evals, spe=spe, deps=[parent.name] if parent else [], eval_iters=eval_iters, width=width))
 
 
 def pre_run(a, key, width, seed):
@@ -203,11 +194,10 @@ def prose_run(a, condition, width, seed):
     spe, unique = steps_per_epoch(a)
     steps = {"epochs": a.prose_epochs * spe, "matched": ladder_steps(a), "long": a.long_epochs * spe}[budget]
     more = (["--unique-tokens", unique] if unique else []) + (["--transfer", groups] if groups else [])
+    long = ["--patience", a.patience] + (["--min-delta", a.min_delta] if a.min_delta else []) + (
+        ["--schedule", "constant"] if a.long_schedule == "constant" else [])
     return make_run(a, f"prose-{key}-d{width}-s{seed}", a.prose_stage, steps, spe, -(-steps // spe), a.eval_iters,
-                    width, seed, pre and pre_run(a, pre, width, seed), "text",
-                    more + (["--patience", a.patience] + (["--min-delta", a.min_delta] if a.min_delta else [])
-                            + (["--schedule", "constant"] if a.long_schedule == "constant" else [])
-                            if budget == "long" else []))
+                    width, seed, pre and pre_run(a, pre, width, seed), "text", more + long * (budget == "long"))
 
 
 def cells(a):
@@ -307,8 +297,6 @@ def run_waves(a, runs, sweep):
         sweep(ok)
     return runs
 
-
-# --- the records: one per (condition, width, seed), from the runs of its chain ---------------------
 
 def read_record(c, w, s, runs):
     """(record, details) of one result, or (None, why) when a run of its chain is unfinished or diverged."""

@@ -1,19 +1,15 @@
-"""
-Procedural pre-training: a warm-up on algorithmic data before an algorithmic task.
+"""Procedural pre-training: a warm-up on algorithmic data before an algorithmic task.
 Jiang, Shinnick et al., arXiv 2601.21725 (Dyck pre-training lifts HAYSTACK from 10% to 98% accuracy).
 
-    python experiments/procedural.py --plan           # the runs and an estimate; trains nothing
     python experiments/procedural.py --quick          # a smoke version (5 tiny runs, a minute or two)
-    python experiments/procedural.py                  # the default: HAYSTACK at the authors' budget
+    python experiments/procedural.py                  # the default: HAYSTACK after no pre-training, Dyck, shuffled Dyck
     python experiments/procedural.py --report-only --out experiments/results/procedural   # from report.json
 
 The diagnostics as the authors run them (lib/procedural_authors.py: each setting, its line in their code, each
-difference): stream:NAME tasks, their model per task, their budget of 10,000,000 records seen; a pre-training run
-per kind on the task's architecture, transferred whole or attention / MLP alone. The default: HAYSTACK after no
-pre-training, Dyck and shuffled Dyck, 3 seeds; `--cells table`: the paper's six claims (TABLE), each cell with its
-own baseline; --cells makes any other. OUT/pretrained/ keeps the pre-trained models for --reuse; --report-only
-rebuilds experiments/results/procedural-table (a preset no longer run). Claims and report: lib/procedural_*.py.
-"""
+difference): their stream:NAME tasks, model per task and budget (10,000,000 records seen); a pre-training run per kind
+on the task's architecture, transferred whole or attention / MLP alone. --cells: any cells, `table` the paper's six
+claims (TABLE); OUT/pretrained/ keeps the pre-trained models for --reuse; --report-only also rebuilds
+experiments/results/procedural-table (a preset no longer run). Claims and report: lib/procedural_*.py."""
 
 import sys
 from pathlib import Path
@@ -21,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
 
 from experiments.lib import common, procedural_authors as pa  # noqa: E402
-from data.common import UserError  # noqa: E402
+from data.common import UserError, positive_int as POS  # noqa: E402
 
 # the six claims of the paper's diagnostic table, each cell (task:row[:transfer]) with its own baseline
 TABLE = ("haystack:none,haystack:dyck,haystack:dyck-shuffled,haystack:dyck:attn,haystack:dyck:mlp,"
@@ -32,10 +28,8 @@ HAYSTACK = "haystack:none,haystack:dyck,haystack:dyck-shuffled"
 PRESETS = {"default": dict(cells=HAYSTACK, seeds=3, records=pa.RECORDS, eval_records=500_000, task_test=4000),
            "quick": dict(cells=HAYSTACK, seeds=1, records=30_000, eval_records=10_000, task_test=1000,
                          pretrain_steps=20, pretrain_rows=32)}
-# row-positions (steps x rows x context) a second of one 1-thread run of a 2_4_16 model on one core of the
-# 2-core EPYC, by part: what --plan estimates with (a larger model is slower)
+# --plan's pace by part: row-positions (steps x rows x context) a second of a 1-thread 2_4_16 run, a 2-core EPYC
 RATE = {"pretrain": 53_000, "task": 380_000}
-POS = common.positive_int
 FLAGS = [  # (flag, type, help[, default]); without a default, unset flags take the preset's (PRESETS)
     ("cells", str, "the runs, TASK:ROW[:TRANSFER],...: ROW none (the task's baseline), a kind, KIND-shuffled (its "
      "control) or attn-KIND+mlp-KIND (attention, norms, positions from one kind's model, MLP from the other's); "

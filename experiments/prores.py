@@ -1,23 +1,19 @@
-"""
-ProRes at depth: Pre-LN and Post-LN (and other placements) with and without progressive residual warmup.
+"""ProRes at depth: Pre-LN and Post-LN (and other placements) with and without progressive residual warmup.
 Chen et al., arXiv 2603.05369: each residual branch of layer l is scaled by alpha(l, t) = min(t / (T l), 1)
 (prores.py, train.py --prores), which should lower the loss and keep deep models stable where Pre-LN degrades.
 
     python experiments/prores.py                    # breakdown: pre/post x {base, ProRes}, L 8/48/96, 3 seeds
-    python experiments/prores.py --plan             # its runs and estimated time; trains nothing
     python experiments/prores.py --quick            # the pipeline on a tiny grid, 1 seed
     python experiments/prores.py --preset depth     # an lr x depth scan of the baselines, then 5 placements there
     python experiments/prores.py --preset pilot     # T = 100 steps a layer, 10,000 steps, L 8 / 48, 3 seeds
     python experiments/prores.py --preset warmup    # the breakdown's Post-LN baselines, a 200-step lr warm-up
     python experiments/prores.py --report-only --out experiments/results/prores   # rebuild from report.json
 
-Presets (PRESETS below; --set KEY=VALUE changes any entry) are every setting of every run: each placement in
---norms, baseline and + ProRes (`arms`), at each depth, seeds 0..N-1 (a seed's arms share initial weights and
-batches: paired); ProRes' ramp as lib/prores_runs.prores_T (the authors' T L = 48k of 100k steps at 48-96 layers).
-Settings follow the authors' code (dandingsky/ProRes): N(0, 0.02) init (modeling_llama.py:540; DeepNorm's baseline:
-lib/prores_runs.init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2% warm-up and a linear decay to 0
-over the last 10% (training_utils.py:75-110); `music`: compute in depth, not in an LM head. Claims etc: lib/prores_*.py.
-"""
+Presets (PRESETS; --set changes any entry) are every setting of every run: each placement in --norms, baseline and
++ ProRes (`arms`), at each depth, seeds 0..N-1 (a seed's arms share initial weights and batches: paired); ProRes' ramp
+as lib/prores_runs.prores_T (the authors' T L = 48k of 100k steps at 48-96 layers). As their code, dandingsky/ProRes:
+N(0, 0.02) init (modeling_llama.py:540; DeepNorm: init_of), AdamW (0.9, 0.95), weight decay 0.1, clip 1.0, WSD with 2%
+warm-up, a linear decay to 0 over the last 10% (training_utils.py:75-110); `music`: compute in depth, not an LM head."""
 
 import argparse
 import json
@@ -107,16 +103,15 @@ def choose(a, scan):
         for norm in a.scan_norms:
             ref, name = by.get((norm, lr, L0)), f"lr {lr:g}, {rep.label(norm, False)}"
             if ref is None or ref["failed"]:
-                lines.append(f"{name}: " + ("the L={L0} reference has not run" if ref is None else
+                lines.append(f"{name}: " + (f"the L={L0} reference has not run" if ref is None else
                                             f"fails already at L={L0}: nothing to locate with depth"))
                 continue
             trouble = next((r for r in (by.get((norm, lr, d)) for d in a.scan_depths[1:]) if r and (
                 r["failed"] or r["val_loss"] > ref["val_loss"] + a.margin)), None)
             if trouble:
                 hits.add(trouble["depth"])
-                lines.append(f"{name}: {ref['val_loss']:.3f} at L={L0}, " + (
-                    "failed" if trouble["failed"] else f"{trouble['val_loss']:.3f}") +
-                    f" at L={trouble['depth']} (seed 0; margin {a.margin:g})")
+                lines.append(f"{name}: {ref['val_loss']:.3f} at L={L0}, " + ("failed" if trouble["failed"] else
+                             f"{trouble['val_loss']:.3f}") + f" at L={trouble['depth']} (seed 0; margin {a.margin:g})")
             else:
                 lines.append(f"{name}: no depth above L={L0}'s loss by more than the {a.margin:g} margin")
         if hits:
@@ -147,12 +142,9 @@ def reused(a, runs):
                 "norm", "prores", "depth", "lr", "seed", "iters")))])}
 
 
-def cpu_s(run):
-    return START_S + MS_PER_LAYER_STEP * run.meta["depth"] * run.meta["iters"] / 1000
-
-
 def plan(a):
     """Print the runs of each phase and the estimated time (the measurement's after the scan where auto)."""
+    cpu_s = lambda r: START_S + MS_PER_LAYER_STEP * r.meta["depth"] * r.meta["iters"] / 1000  # noqa: E731
     phases = [("scan", scan_runs(a))] if a.scan else []
     phases += [("measurement", measure_runs(a, a.lr, a.depths))] if "auto" not in (a.lr, a.depths) else []
     for name, runs in phases:

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments.lib import common, procedural_authors as pa  # noqa: E402
-from experiments.lib.claims import finite, fmt_mean_std, md_section, md_table, read_all, table, welch, RULE  # noqa: E402
+from experiments.lib.claims import fmt_mean_std, md_section, md_table, read_all, table, RULE  # noqa: E402
+from experiments.lib.significance import finite, welch  # noqa: E402
 from reference.cross_claims import CELLS, CLAIMS, PIPELINES, records as readings  # noqa: E402
 from experiments.lib.provenance import provenance_line  # noqa: E402
 from data.common import UserError  # noqa: E402
@@ -314,7 +315,8 @@ def render(a, runs, n_planned, provenance):
     text = "\n".join([
         "# Procedural pre-training: the authors' pipeline beside ours, crossed", "",
         f"{SOURCE['title']} (arXiv {SOURCE['arxiv']}). `python reference/cross.py`; their code at commit "
-        f"{(authors or {}).get('commit') or 'unknown'}. {len(runs)} of {n_planned} runs finished.", "",
+        f"{(authors or {}).get('commit') or 'unknown'}. {sum(r['part'] != 'ours-pretrain' for r in runs)} of "
+        f"{n_planned} runs finished (beside them, our own Dyck model's record).", "",
         provenance_line(provenance), "", f"**Regime.** {reg}", "", RULE, "", *table(verdicts), "",
         *md_section("Every cell", front["title"] + ".", header, rows), "Figure: curves.png."])
     common.write_report(a.out, text + "\n", source=SOURCE, regime=reg, figures=["curves.png"], verdicts=verdicts,

@@ -1,43 +1,44 @@
 """The one reading engine (experiments/lib/claims.py): the tests it applies, checked against scipy
 and by hand, and how a claim's cells, arms and verdict come out of a list of records."""
+import math
 import statistics
 
 import pytest
 from scipy import stats
 
-from experiments.lib import claims
+from experiments.lib import claims, significance
 from experiments.lib.claims import Claim
 
 
 def test_welch_is_ttest_ind_and_needs_three_runs_a_side():
     a, b = [1.0, 1.1, 1.2], [2.0, 2.1, 2.25]
-    c = claims.welch(a, b)
+    c = significance.welch(a, b)
     assert c["p"] == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue) and c["test"] == "Welch"
     assert c["clear"] and c["better"] is True and c["diff"] == pytest.approx(statistics.mean(a) - statistics.mean(b))
-    assert claims.welch(a, b, lower_is_better=False)["better"] is False
-    two = claims.welch([1.0, 1.01], [2.0, 2.01])  # p is tiny, but n = 2 is not a test
+    assert significance.welch(a, b, lower_is_better=False)["better"] is False
+    two = significance.welch([1.0, 1.01], [2.0, 2.01])  # p is tiny, but n = 2 is not a test
     assert two["p"] < 0.05 and not two["clear"] and two["better"] is None
-    assert not claims.welch([1.0, 1.5, 2.0], [1.2, 1.7, 2.2])["clear"]  # n = 3 but p large
+    assert not significance.welch([1.0, 1.5, 2.0], [1.2, 1.7, 2.2])["clear"]  # n = 3 but p large
 
 
 def test_paired_is_the_paired_t_by_hand():
     base, treat = [2.0, 2.5, 3.0], [2.1, 2.62, 3.08]  # higher in every pair
     d = [t - b for t, b in zip(treat, base)]
     t = statistics.mean(d) / (statistics.stdev(d) / 3 ** 0.5)
-    c = claims.paired(treat, base)
+    c = significance.paired(treat, base)
     assert c["p"] == pytest.approx(2 * stats.t.sf(abs(t), 2)) and c["n"] == 3
     assert c["clear"] and c["better"] is False  # a higher loss: worse
-    assert not claims.paired(treat[:2], base[:2])["clear"]  # two pairs are no test, however consistent
-    assert claims.paired([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])["p"] is None  # differences without spread
-    assert claims.paired([1.0, None, 3.0, 4.0], [0.0, 1.0, 2.1, 3.05])["n"] == 3  # a pair with a gap is left out
+    assert not significance.paired(treat[:2], base[:2])["clear"]  # two pairs are no test, however consistent
+    assert significance.paired([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])["p"] is None  # differences without spread
+    assert significance.paired([1.0, None, 3.0, 4.0], [0.0, 1.0, 2.1, 3.05])["n"] == 3  # a pair with a gap is left out
 
 
 def test_slope_test_is_linregress_and_needs_four_points():
     x, y = [1, 2, 3, 4], [0.021, -0.022, 0.018, 0.026]
-    s, r = claims.slope_test(x, y), stats.linregress(x, y)
+    s, r = significance.slope_test(x, y), stats.linregress(x, y)
     assert s["slope"] == pytest.approx(r.slope) and s["p"] == pytest.approx(r.pvalue) and not s["clear"]
-    assert claims.slope_test([1, 2, 3, 4, 5], [1.0, 2.1, 2.9, 4.2, 5.0])["clear"]
-    assert not claims.slope_test([1, 2, 3], [1.0, 2.0, 3.1])["clear"]  # one degree of freedom
+    assert significance.slope_test([1, 2, 3, 4, 5], [1.0, 2.1, 2.9, 4.2, 5.0])["clear"]
+    assert not significance.slope_test([1, 2, 3], [1.0, 2.0, 3.1])["clear"]  # one degree of freedom
 
 
 @pytest.mark.parametrize("cells,verdict", [
@@ -80,7 +81,10 @@ def test_cells_directions_and_several_arms():
     e = claims.read(cl, recs)
     assert [c["cell"] for c in e["cells"]] == [16, 32]
     assert [c["verdict"] for c in e["cells"]] == ["reproduces", "opposite"] and e["verdict"] == "partly"
-    assert e["ours"].startswith("d16 1.1 ± 0.1 vs 2.1 ± 0.1 (-48.0%)")
+    ratio = 100 * (math.exp(statistics.mean(math.log(a / b) for a, b in zip([1.0, 1.1, 1.2], [2.0, 2.15, 2.2]))) - 1)
+    assert e["ours"].startswith(f"d16 1.1 ± 0.1 vs 2.1 ± 0.1 ({ratio:+.1f}%)")  # a ratio: the mean log ratio
+    assert e["cells"][0]["p"] == pytest.approx(stats.ttest_rel(*([math.log(v) for v in vs] for vs in (
+        [1.0, 1.1, 1.2], [2.0, 2.15, 2.2]))).pvalue)
     flipped = claims.read(Claim("m beats r", "-", {"condition": "m"}, {"condition": "r"}, cells="width",
                                 worse_in=(32,)), recs)
     assert flipped["verdict"] == "reproduces"  # the paper has m worse at d32: going that way reproduces it
@@ -114,7 +118,10 @@ def test_the_table_escapes_pipes_and_read_all_adds_notes():
     lines = claims.table(es)
     assert lines[2].startswith("| m \\| r | x |") and lines[2].endswith("| **reproduces** | reproduces |")
     assert lines[-1] == "Against the paper, cell by cell: 1 reproduces; 1 of 1 effects survive BH."
-    assert claims.counts(es + es) == "2 reproduce"
+    assert claims.counts(es + es) == "1 reproduce"  # the same two arms read twice: one test
+    other = claims.read_all([Claim("m beats r again", "x", {"condition": "m"}, {"condition": "r"})],
+                            runs("m", [1.0, 1.2, 1.3]) + runs("r", [2.0, 2.1, 2.25]))
+    assert claims.counts(es + other) == "2 reproduce"
 
 
 @pytest.mark.parametrize("ci, side, paper, word", [
@@ -131,11 +138,15 @@ def test_benjamini_hochberg_is_scipys():
     """The step-up rule against scipy's adjusted p-values (false_discovery_control), on a set where the largest
     rank that passes lifts a p above its own k q / m (0.03 at rank 3 of 6 passes through rank 4's 0.032)."""
     ps = [0.001, 0.02, 0.03, 0.032, 0.2, 0.9]
-    cells = [{"p": p} for p in reversed(ps)] + [{"p": None}]
-    claims.benjamini_hochberg(cells)
+    cell = lambda p: {"p": p, "test": "paired", "treat": [p], "base": [0.0]}  # noqa: E731
+    cells = [cell(p) for p in reversed(ps)] + [{"p": None, "test": "paired"}]
+    claims.benjamini_hochberg(cells + [cell(0.001)] * 3)  # the same test three times more: still m = 6
     adjusted = stats.false_discovery_control(ps[::-1])
     assert [c["bh"] for c in cells[:-1]] == [bool(q <= 0.05) for q in adjusted] == [False, False, True, True, True, True]
     assert "bh" not in cells[-1]
+    failed = dict(cell(0.01), check_failed="short of its floor")  # a cell whose check failed is not tested
+    claims.benjamini_hochberg(cells + [failed])
+    assert "bh" not in failed and [c["bh"] for c in cells[:-1]] == [False, False, True, True, True, True]
 
 
 @pytest.mark.parametrize("test, treat, base, n", [
@@ -144,7 +155,7 @@ def test_benjamini_hochberg_is_scipys():
     ("Welch", [1.0, 0.0, 2.0], [0.0, -1.0, 1.0], 17),             # effect 1, sd 1 a side: 17 a side (d = 1)
     ("Welch", [0.0], [1.0, 2.0], None)])                          # one run a side: no spread
 def test_n80_is_the_smallest_n_with_80_percent_power(test, treat, base, n):
-    assert claims.n80({"test": test, "treat": treat, "base": base}) == n
+    assert significance.n80({"test": test, "treat": treat, "base": base}) == n
 
 
 def test_a_trend_is_read_in_each_cell():
@@ -154,3 +165,30 @@ def test_a_trend_is_read_in_each_cell():
     assert [c["cell"] for c in e["cells"]] == ["mir", "wd"] and [c["n"] for c in e["cells"]] == [6, 6]
     assert [c["verdict"] for c in e["cells"]] == ["no clear difference", "reproduces"] and e["verdict"] == "partly"
     assert e["test"].startswith("slope test mir p = ")
+
+
+def test_a_ratios_interval_is_on_the_log_scale_and_never_passes_minus_100_percent():
+    """Perplexities 10x apart with a wide spread: on the raw scale the interval of the change would reach far below
+    -100%; on the log scale it is exp(d +- t se) - 1, inside (-100%, inf), and the change is exp(mean d) - 1."""
+    recs = runs("m", [10.0, 400.0, 20.0]) + runs("r", [400.0, 500.0, 700.0])
+    (c,) = claims.read(Claim("m beats r", "-", {"condition": "m"}, {"condition": "r"}, percent=True), recs)["cells"]
+    d = [math.log(a / b) for a, b in zip([10.0, 400.0, 20.0], [400.0, 500.0, 700.0])]
+    half = stats.t.ppf(0.975, 2) * statistics.stdev(d) / math.sqrt(3)
+    assert c["ci"] == [pytest.approx(100 * math.expm1(statistics.mean(d) + k * half)) for k in (-1, 1)]
+    assert -100 < c["ci"][0] and c["change"] == pytest.approx(100 * math.expm1(statistics.mean(d)))
+    raw = [a - b for a, b in zip([10.0, 400.0, 20.0], [400.0, 500.0, 700.0])]  # what the raw scale would give
+    assert 100 * (statistics.mean(raw) - stats.t.ppf(0.975, 2) * statistics.stdev(raw) / math.sqrt(3)) / statistics.mean([400, 500, 700]) < -100
+
+
+def test_a_cell_whose_check_failed_has_no_word_and_counts_under_no_verdict():
+    recs = (runs("m", [1.0, 1.1, 1.2], task="a") + runs("r", [2.0, 2.1, 2.25], task="a")
+            + runs("m", [1.0, 1.1, 1.2], task="b") + runs("r", [2.0, 2.15, 2.3], task="b"))
+    cl = Claim("m beats r", "-", {"condition": "m"}, {"condition": "r"}, cells="task")
+    (e,) = claims.read_all([cl], recs, failed=lambda claim, treat, cell: "m short of its floor" * (cell == "b"))
+    a, b = e["cells"]
+    assert a["verdict"] == "reproduces" and a["word"] == "reproduces" and a["bh"] is True
+    assert b["verdict"] == "check failed" and b["word"] is None and "bh" not in b and e["verdict"] == "reproduces"
+    assert e["against"] == "a reproduces; b check failed: m short of its floor"
+    (alone,) = claims.read_all([cl], recs, failed=lambda *_: "short")
+    assert alone["verdict"] == "check failed" and claims.counts([alone]) == "1 check failed"
+    assert claims.word_counts([e]) == "1 reproduces; 1 of 1 effects survive BH; 1 check failed"

@@ -67,7 +67,8 @@ def test_plan_shares_runs_and_every_argv_parses(tmp_path, text_dir, cache):
 
 
 def scipy_cells(claim, records):
-    """[(p, n)] of a claim's cells by scipy: paired by seed over the seeds both arms have, width by width."""
+    """[(p, n)] of a claim's cells by scipy: paired by seed over the seeds both arms have, width by width, on the
+    perplexities' logs (the loss difference)."""
     out = []
     for t in (claim.treat if isinstance(claim.treat, list) else [claim.treat]):
         for w in sorted({r["width"] for r in records if r["condition"] == t["condition"]}):
@@ -75,7 +76,8 @@ def scipy_cells(claim, records):
                     for c in (t["condition"], claim.base["condition"]))
             seeds = sorted(x.keys() & y.keys())
             if (claim.only is None or w in claim.only) and len(seeds) >= 2:
-                out.append((stats.ttest_rel([x[s] for s in seeds], [y[s] for s in seeds]).pvalue, len(seeds)))
+                out.append((stats.ttest_rel([math.log(x[s]) for s in seeds], [math.log(y[s]) for s in seeds]).pvalue,
+                            len(seeds)))
     return out
 
 
@@ -126,10 +128,12 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys, 
         assert v["claim"] == claim.claim and v["verdict"] in VERDICTS
         expect = scipy_cells(claim, rep["runs"])
         assert [(c["p"], c["n"]) for c in v["cells"]] == [(pytest.approx(p, rel=1e-9), n) for p, n in expect]
-        assert v["verdict"] == ("no clear difference" if expect else "not measured")
-    music = rep["verdicts"][1]["cells"][0]
-    assert music["change"] == pytest.approx(100 * (statistics.mean(by("music", "ppl_final"))
-                                                   / statistics.mean(by("random", "ppl_final")) - 1))
+        capped = claim.extra.get("fails") == "plateau"  # the tiny long pair runs to its epoch cap: its check fails
+        assert v["verdict"] == ("check failed" if expect and capped else "no clear difference" if expect else
+                                "not measured")
+    music = rep["verdicts"][1]["cells"][0]  # the change: the mean log ratio, as a percentage
+    assert music["change"] == pytest.approx(100 * (math.exp(statistics.mean(
+        math.log(m / r) for m, r in zip(by("music", "ppl_final"), by("random", "ppl_final")))) - 1))
     # compute-matched trains prose for as many optimizer steps as the whole ladder took, seed by seed
     assert by("compute-matched", "steps") == by("ladder", "steps") == [6 + 4 + 16] * 2
     assert by("random", "steps") == [16, 16] and by("music", "steps") == [22, 22]
@@ -178,7 +182,7 @@ def test_tiny_sweep_report_follows_from_runs(tmp_path, text_dir, cache, capsys, 
     strip = lambda rs: sorted((dict(r, seconds=0) for r in rs), key=json.dumps)  # noqa: E731
     assert strip(again["runs"]) == strip(rep["runs"]) and again["facts"]["reused"] == [len(rep["runs"]) - 1, str(kept)]
     from data.common import UserError
-    with pytest.raises(UserError, match=r"other settings \(prose_epochs\)"):
+    with pytest.raises(UserError, match=r"other settings \(1: prose_epochs 2 there, 3 here\); give the same flags"):
         ladder.main(argv + ["--out", str(tmp_path / "other"), "--reuse", str(kept), "--prose-epochs", "3"])
     with pytest.raises(SystemExit):  # the headline preset has no results DIR to take from: said, not ignored
         ladder.parse_args(["--preset", "headline", "--reuse", str(kept), "--out", str(tmp_path / "h")])
@@ -278,14 +282,19 @@ def test_checks_notes_and_front_table():
     (un, _, _), notes = ladder_report.checks(records, unigram=850.0)
     assert un["holds"] is False and notes["unigram"].endswith("at d16 901.0: part of a gain there is a head start")
     entries = read_all(ladder_claims.CLAIMS, records, notes={c.claim: notes.get(c.extra.get("check"))
-                                                             for c in ladder_claims.CLAIMS})
-    assert entries[0]["ours"].endswith(notes["unigram"]) and entries[5]["ours"].endswith(notes["plateau"])
-    p = stats.ttest_rel([600, 601, 602], [700, 703, 706]).pvalue
+                                                             for c in ladder_claims.CLAIMS},
+                       failed=lambda claim, treat, cell: notes.get(claim.extra.get("fails")) or "")
+    assert entries[0]["ours"].endswith(notes["unigram"]) and entries[5]["verdict"] == "check failed"
+    assert entries[5]["cells"][0]["check_failed"] == notes["plateau"] and entries[5]["cells"][0]["word"] is None
+    assert entries[5]["against"] == "check failed: " + notes["plateau"]
+    logs = lambda xs: [math.log(x) for x in xs]  # noqa: E731
+    p = stats.ttest_rel(logs([600, 601, 602]), logs([700, 703, 706])).pvalue  # a perplexity: on its log
+    change = 100 * (math.exp(statistics.mean(math.log(a / b) for a, b in zip([600, 601, 602], [700, 703, 706]))) - 1)
     front = ladder_report.front_table(entries)["lines"]
-    assert f"(b) music vs random d16 {100 * (601 / 703 - 1):+.1f}% (paired {fmt_p(p)}, n = 3)" in front[2]
+    assert f"(b) music vs random d16 {change:+.1f}% (paired {fmt_p(p)}, n = 3)" in front[2]
     assert front[2].startswith("| 1 | music before prose") and front[2].endswith("| **reproduces** |")
     assert "| (a) not in this run (b) not in this run (c) not in this run |" in front[4]
-    assert front[7].endswith("| **no clear difference** |")  # the long pair: 2, 2, 2 vs 2, 3, 4
+    assert front[7].endswith("| **check failed** |")  # the long pair (2, 2, 2 vs 2, 3, 4) ran to its cap
     rows = ladder_report.front_table(entries, "proportions")  # the contributions its conditions read
     assert rows["title"].startswith("The ladder paper's contributions 1, 3, 6 beside its numbers, with pre-training")
     rows = rows["lines"]
@@ -351,7 +360,7 @@ def test_committed_report_rebuilds_byte_identical(name, tmp_path):
 def test_the_proportions_report_reads_the_end_after_five_epochs_and_the_plateau_by_its_rule():
     """experiments/results/ladder-proportions (--preset proportions): pre-training a small share of the prose
     tokens (pretrain_share beside the paper's), n >= 5 per headline condition at d16, every long-pair run stopped
-    by its rule (stop_reason) and the report's check says so; RESULTS.md and the README give contributions 1, 3
+    by its rule (stop_reason) and the report's check says so; RESULTS.md gives contributions 1, 3
     and 6 at these proportions beside the fixed-budget reading (every p: test_committed_reports)."""
     rep = json.loads((RESULTS / "ladder-proportions" / "report.json").read_text())
     assert 0.01 < rep["pretrain_share"]["ours"] < 0.2 and rep["pretrain_share"]["paper"]
@@ -362,9 +371,9 @@ def test_the_proportions_report_reads_the_end_after_five_epochs_and_the_plateau_
     assert next(c for c in rep["checks"] if "plateau" in c["check"])["holds"] is True
     rows = rep["front_table"]["lines"][2:]
     assert [ln.split(" | ")[0] for ln in rows] == ["| 1", "| 3", "| 6"]
-    for page in ("README.md", "RESULTS.md"):
-        text = (ROOT / page).read_text()
-        assert all(ln in text for ln in rows) and "experiments/results/ladder-proportions/report.md" in text
+    text = (ROOT / "RESULTS.md").read_text()  # (the README links it from its headline table)
+    assert all(ln in text for ln in rows) and "experiments/results/ladder-proportions/report.md" in text
+    assert "experiments/results/ladder-proportions/report.md" in (ROOT / "README.md").read_text()
 
 
 def test_headline_preset_runs_train_py_as_typed_and_reports_from_the_runs(tmp_path):
@@ -396,7 +405,8 @@ def test_headline_preset_runs_train_py_as_typed_and_reports_from_the_runs(tmp_pa
     assert [v["claim"] for v in rep["verdicts"]] == [c.claim for c in ladder_headline_claims.CLAIMS]
     x, y = [r["ppl_final"] for r in rep["runs"] if r["condition"] == "curriculum"], [
         r["ppl_final"] for r in rep["runs"] if r["condition"] == "prose-only" and r["seed"] < 1340]  # shared seeds
-    assert rep["verdicts"][0]["cells"][0]["p"] == pytest.approx(stats.ttest_rel(x, y).pvalue, rel=1e-9)
+    logs = lambda xs: [math.log(v) for v in xs]  # noqa: E731  (a perplexity is tested on its log)
+    assert rep["verdicts"][0]["cells"][0]["p"] == pytest.approx(stats.ttest_rel(logs(x), logs(y)).pvalue, rel=1e-9)
     assert [v["verdict"] for v in rep["verdicts"]] == ["reproduces", "reproduces", "opposite", "no clear difference",
                                                        "opposite", "reproduces"]
     lines = rep["front_table"]["lines"]
@@ -470,6 +480,7 @@ def test_the_scarcity_scan_reads_each_arm_at_its_end_and_best_and_states_the_cro
     x = [r["ppl_best"] for r in sorted(recs, key=lambda r: r["seed"]) if (r["condition"], r["unique"]) == ("ladder", 64)]
     y = [r["ppl_best"] for r in sorted(recs, key=lambda r: r["seed"])
          if (r["condition"], r["unique"]) == ("compute-matched", 64)]
+    x, y = ([math.log(v) for v in xs] for xs in (x, y))  # a perplexity is tested on its log
     assert cell["cell"] == [8, 64] and cell["p"] == pytest.approx(stats.ttest_rel(x, y).pvalue, rel=1e-9)
     want = max((c["cell"][1] for c in rep["verdicts"][2]["cells"] if c["verdict"] == "reproduces"), default=None)
     assert rep["crossover"] == {"8": want} and (tmp_path / "s" / "curves.png").exists()

@@ -9,30 +9,19 @@ dicts, one per run (or per derived quantity: a fit's error by cell, a run's grow
     readings = read_all(CLAIMS, records)   # report.json's `verdicts`
     lines = table(readings)                # the claims table of report.md and RESULTS.md
 
-The rule, the same everywhere:
-- two arms that share seeds (the same initial weights and batches: the same values of the claim's
-  `pair_by` fields in both arms) are read by the paired t-test over the keys they share
-  (scipy.stats.ttest_rel); arms that share fewer than 2 keys, or hold a key twice, by Welch's t-test
-  (ttest_ind, equal_var=False);
-- a trend (Claim.slope: a field of the records) by the slope's own test (scipy.stats.linregress)
-  of the treat arm's advantage (paired differences) or, without a base arm, of the metric;
-- a difference is an effect only at p < ALPHA with at least MIN_N runs (pairs) a side, a slope
-  with at least MIN_N + 1 points; a cell reproduces the claim when the effect goes the paper's way,
-  is "opposite" when it goes clearly the other way, "no clear difference" otherwise;
-- a claim read in several cells gets one verdict (combined_verdict).
-
-Against the paper's number (Claim.paper_value; None: a direction only, read against zero), each cell's 95% interval
-by the same test (in the cell's unit: % of base's mean, or nats) gives one of the WORDS (`against`). Benjamini-Hochberg
-at q = 0.05 across a report's cells marks those that survive (`bh`); a cell without an effect gets its `n80`.
+The rule, the same everywhere, is RULE (shown on every report): the paired t-test (scipy's ttest_rel) where both
+arms share the claim's `pair_by` keys, Welch's (ttest_ind, equal_var=False) otherwise, linregress for a trend
+(Claim.slope); a ratio metric (Claim.percent) on its log; an effect at p < ALPHA with MIN_N runs a side; a cell's 95%
+interval against the paper's number gives one of the WORDS (`against`); a claim read in several cells gets one verdict
+(combined_verdict); a cell whose treated arm failed its report's check (read_all's `failed`) is "check failed"; the
+same two arms read by two claims (`signature`) are one test in Benjamini-Hochberg (`bh`) and in the tallies.
 """
 
-import bisect
 import math
-import statistics
 from dataclasses import dataclass, field
 
-ALPHA = 0.05   # a two-sided p must be below this ...
-MIN_N = 3      # ... with at least this many runs (pairs) on each side
+from experiments.lib.significance import ALPHA, MIN_N, compare, finite, mean_std, n80, slope_test
+
 WORDS = ("reproduces", "smaller than the paper", "larger than the paper", "cannot tell", "disagrees", "opposite")
 RULE = ("A difference is an effect only at p < 0.05 with at least 3 runs a side: the paired t-test where both "
         "arms share seeds (the same batches), Welch's t-test otherwise, a trend by its slope's own test. A claim "
@@ -43,10 +32,13 @@ RULE = ("A difference is an effect only at p < 0.05 with at least 3 runs a side:
         "zero on the paper's side and the paper's number), **cannot tell** (it contains zero and the paper's "
         "number), **disagrees** (it contains zero and excludes the paper's number: no effect of the paper's size), "
         "**opposite** (it excludes zero on the other side); where the paper gives only a direction, against zero "
-        "alone (reproduces, cannot tell, opposite). Cells marked \"not BH\" have p < 0.05 but do not survive "
-        "Benjamini-Hochberg at q = 0.05 across their report's cells; a cell without an effect says how many pairs "
-        "(runs a side) 80% power would need at its observed effect and spread.")
-VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "not measured")
+        "alone (reproduces, cannot tell, opposite). A perplexity's change is tested on its log (the loss "
+        "difference), shown as a percentage. A cell whose treated arm failed one of its report's checks says "
+        "\"check failed\" and counts under no word; the same two arms read by two claims count once. Cells marked "
+        "\"not BH\" have p < 0.05 but do not survive Benjamini-Hochberg at q = 0.05 across their report's tests; a "
+        "cell without an effect says how many pairs (runs a side) 80% power would need at its observed effect and "
+        "spread.")
+VERDICTS = ("reproduces", "partly", "no clear difference", "opposite", "check failed", "not measured")
 
 
 @dataclass
@@ -67,20 +59,10 @@ class Claim:
     falls: bool = False            # ... the paper has the advantage (or metric) falling along x
     paper_value: object = None     # the paper's number in the cell's unit (a dict: by cell; None: a direction only)
     fmt: str = "{:.3f}"            # a value in `ours`
-    percent: bool = False          # the change as % of base's mean (else the difference treat - base)
+    percent: bool = False          # a ratio metric: the change exp(mean log ratio) - 1 in % (else treat - base)
     label: str = "{}"              # a cell's name: "d{}", "L = {}"
     note: str = ""                 # said after our numbers
     extra: dict = field(default_factory=dict)  # the paper module's own keys (what a figure needs)
-
-
-def finite(xs):
-    return [float(x) for x in xs if x is not None and isinstance(x, (int, float)) and math.isfinite(x)]
-
-
-def mean_std(xs):
-    """(mean, sample std, n) of the finite values; std 0 for n = 1; (nan, nan, 0) for none."""
-    xs = finite(xs)
-    return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0, len(xs)) if xs else (math.nan, math.nan, 0)
 
 
 def fmt_mean_std(xs, fmt="{:.3f}"):
@@ -98,72 +80,9 @@ def fmt_n(c):
     return f"n = {c['n'][0]}/{c['n'][1]}" if isinstance(c["n"], (list, tuple)) else f"n = {c['n']}"
 
 
-def welch(treat, base, lower_is_better=True):
-    """treat against base by Welch's t-test: {"test", "diff" = mean(treat) - mean(base), "p", "n": [n_t, n_b],
-    "clear", "better"}; no p with fewer than 2 values a side or no spread at all."""
-    from scipy import stats
-    a, b = finite(treat), finite(base)
-    diff = statistics.mean(a) - statistics.mean(b) if a and b else float("nan")
-    p = ci = None
-    if len(a) >= 2 and len(b) >= 2 and (statistics.pstdev(a) > 0 or statistics.pstdev(b) > 0):
-        p, ci = _tested(stats.ttest_ind(a, b, equal_var=False))
-    return _ruled({"test": "Welch", "diff": diff, "p": p, "ci": ci, "n": [len(a), len(b)]}, min(len(a), len(b)),
-                  lower_is_better)
-
-
-def paired(treat, base, lower_is_better=True):
-    """treat[i] against base[i] by the paired t-test (ttest_rel): n = the pairs with both values;
-    no p when the differences have no spread."""
-    from scipy import stats
-    pairs = [(t, b) for t, b in zip(treat, base) if finite([t]) and finite([b])]
-    d = [t - b for t, b in pairs]
-    diff = statistics.mean(d) if d else float("nan")
-    p = ci = None
-    if len(d) >= 2 and statistics.pstdev(d) > 1e-12 * max(1.0, abs(diff)):
-        p, ci = _tested(stats.ttest_rel([t for t, _ in pairs], [b for _, b in pairs]))
-    return _ruled({"test": "paired", "diff": diff, "p": p, "ci": ci, "n": len(d)}, len(d), lower_is_better)
-
-
-def _tested(res):
-    """(p, [low, high]) of a scipy t-test result: its p and the 95% interval of treat - base; (None, None) if no p."""
-    ci = res.confidence_interval(1 - ALPHA) if math.isfinite(res.pvalue) else None
-    return (float(res.pvalue), [float(ci.low), float(ci.high)]) if ci else (None, None)
-
-
-def _ruled(c, n, lower_is_better):
-    c["clear"] = c["p"] is not None and c["p"] < ALPHA and n >= MIN_N
-    c["better"] = None if not c["clear"] else (c["diff"] < 0) == lower_is_better
-    return c
-
-
-def slope_test(x, y):
-    """Least-squares slope of y on x with its own test (linregress): {"test", "slope", "stderr", "p", "n",
-    "clear"}; clear at p < ALPHA with at least MIN_N + 1 points (a line through 3 has one degree of freedom)."""
-    from scipy import stats
-    pts = [(float(u), float(v)) for u, v in zip(x, y) if finite([v])]
-    c = dict(test="slope", slope=math.nan, stderr=math.nan, p=None, ci=None, n=len(pts), clear=False)
-    if len(pts) >= 3 and len({u for u, _ in pts}) >= 2:
-        r = stats.linregress([u for u, _ in pts], [v for _, v in pts])
-        p = float(r.pvalue) if math.isfinite(r.pvalue) else None
-        half = stats.t.ppf(1 - ALPHA / 2, len(pts) - 2) * r.stderr
-        c.update(slope=float(r.slope), stderr=float(r.stderr), p=p, clear=p is not None and p < ALPHA and len(
-            pts) >= MIN_N + 1, ci=None if p is None else [float(r.slope - half), float(r.slope + half)])
-    return c
-
-
-def compare(treat_runs, base_runs, metric, pair_by=("seed",), lower_is_better=True):
-    """The rule on two lists of records: paired over the pair_by keys both arms have (when there are
-    at least 2), Welch otherwise. Adds the arms' values as they were tested."""
-    key = lambda r: tuple(r.get(k) for k in pair_by)  # noqa: E731
-    t = {key(r): r.get(metric) for r in treat_runs}
-    b = {key(r): r.get(metric) for r in base_runs}
-    shared = sorted((k for k in t if k in b), key=str)
-    if len(shared) >= 2 and len(t) == len(treat_runs) and len(b) == len(base_runs):
-        ts, bs = [t[k] for k in shared], [b[k] for k in shared]
-        c = paired(ts, bs, lower_is_better)
-        return dict(c, welch_p=welch(ts, bs)["p"], treat=ts, base=bs, keys=[list(k) for k in shared])
-    treat, base = [r.get(metric) for r in treat_runs], [r.get(metric) for r in base_runs]
-    return dict(welch(treat, base, lower_is_better), treat=treat, base=base)
+def signature(c):
+    """What a cell tested: its test and the values of both arms (the same two arms read by two claims: one test)."""
+    return (c["test"], *(tuple(c.get(k) or ()) for k in (("x", "y") if c["test"] == "slope" else ("treat", "base"))))
 
 
 def against(ci, side, paper_value=None):
@@ -179,31 +98,16 @@ def against(ci, side, paper_value=None):
     return "cannot tell" if pv is None or lo <= pv <= hi else "disagrees"
 
 
-def n80(c):
-    """The pairs (runs a side for Welch) giving its test 80% power at its observed effect and spread (noncentral t)."""
-    from scipy import stats
-    a, b = finite(c["treat"]), finite(c["base"])
-    if min(len(a), len(b)) < 2:
-        return None
-    d = [x - y for x, y in zip(a, b)] if c["test"] == "paired" else None
-    effect, var = (statistics.mean(d), statistics.variance(d)) if d else (
-        statistics.mean(a) - statistics.mean(b), statistics.variance(a) + statistics.variance(b))
-
-    def power(n):
-        df, nc = (n - 1 if d else 2 * n - 2), abs(effect) / math.sqrt(var / n)
-        t = stats.t.ppf(1 - ALPHA / 2, df)
-        return sum(x for x in (stats.nct.sf(t, df, nc), stats.nct.cdf(-t, df, nc)) if math.isfinite(x))
-    i = bisect.bisect_left(range(2, 1001), True, key=lambda n: power(n) >= 0.8) if var > 0 and effect else 999
-    return 2 + i if i < 999 else None
-
-
-def _judged(claim, c, v, unit=1.0):
-    """The cell with its interval in its unit (x unit), the paper's number there, its word; n80 where no effect."""
+def _judged(claim, c, v, unit=lambda x: x, failed=""):
+    """The cell with its interval in its unit (unit(x)), the paper's number there, its word (none where its check
+    failed: the reason); n80 where no effect."""
     side = -1 if (claim.falls if claim.slope else (v not in claim.worse_in) == claim.lower_is_better) else 1
     pv = claim.paper_value.get(v) if isinstance(claim.paper_value, dict) else claim.paper_value
     n = min(c["n"]) if isinstance(c["n"], list) else c["n"] - (claim.slope is not None)
-    ci = c["ci"] and [unit * x for x in c["ci"]]
-    c.update(ci=ci, paper_value=pv, word=against(ci, side, pv) if ci and n >= MIN_N else None)
+    ci = c["ci"] and [unit(x) for x in c["ci"]]
+    c.update(ci=ci, paper_value=pv, word=against(ci, side, pv) if ci and n >= MIN_N and not failed else None)
+    if failed:
+        c.update(verdict="check failed", check_failed=failed)
     if c["verdict"] == "no clear difference" and not claim.slope:
         c["n80"] = n80(c)
     return c
@@ -218,12 +122,13 @@ def cell_verdict(c, paper_better=True):
 
 
 def combined_verdict(verdicts):
-    """One verdict from a claim's cells (cells not measured left out): theirs when they agree;
+    """One verdict from a claim's cells (cells not measured or whose check failed left out; all failed: check failed):
+    theirs when they agree;
     "partly" when some reproduce and others do not; "opposite" when none reproduces and some go
     clearly against the paper; "no clear difference" otherwise."""
-    vs = {v for v in verdicts if v != "not measured"}
+    vs = {v for v in verdicts if v not in ("not measured", "check failed")}
     if len(vs) <= 1:
-        return vs.pop() if vs else "not measured"
+        return vs.pop() if vs else "check failed" if "check failed" in verdicts else "not measured"
     if "reproduces" in vs or "partly" in vs:
         return "partly"
     return "opposite" if "opposite" in vs else "no clear difference"
@@ -243,10 +148,12 @@ def arms(claim):
     return [(t, b, " ".join(map(str, t.values())) if len(ts) > 1 else "") for t, b in zip(ts, bs)]
 
 
-def read(claim, records):
-    """report.json's verdict entry of one claim: claim, paper, ours, test, verdict and its cells."""
+def read(claim, records, failed=None):
+    """report.json's verdict entry of one claim: claim, paper, ours, test, verdict and its cells; failed(claim, treat
+    filter, cell value) -> the check a cell's treated arm failed ("" none)."""
+    failed = failed or (lambda *_: "")
     if claim.slope:
-        return _read_slope(claim, records)
+        return _read_slope(claim, records, failed)
     cells, several = [], isinstance(claim.cells, tuple)
     at = (lambda r: tuple(r.get(k) for k in claim.cells)) if several else (lambda r: r.get(claim.cells))
     for t, b, arm in arms(claim):
@@ -257,18 +164,23 @@ def read(claim, records):
             ts, bs = select(t_all, {}, **more), select(b_all, {}, **more)
             if not ts or not bs:
                 continue
-            c = compare(ts, bs, claim.metric, claim.pair_by, claim.lower_is_better)
+            c = compare(ts, bs, claim.metric, claim.pair_by, claim.lower_is_better, log=claim.percent)
             mt, mb = mean_std(c["treat"])[0], mean_std(c["base"])[0]
-            change = (100 * (mt / mb - 1) if claim.percent and mb else mt - mb)
+            change = ratio(c["diff"]) if claim.percent else mt - mb
             name = " ".join(x for x in (arm, "" if v is None else claim.label.format(*v) if several else
                                         claim.label.format(v)) if x)
             cells.append(_judged(claim, dict(c, cell=v, arm=arm, name=name, mean_treat=mt, mean_base=mb, change=change,
                                               verdict=cell_verdict(c, paper_better=v not in claim.worse_in)), v,
-                                 100 / mb if claim.percent and mb else 1.0))
+                                 ratio if claim.percent else (lambda x: x), failed(claim, t, v)))
     return _entry(claim, cells, [_ours(claim, c) for c in cells])
 
 
-def _read_slope(claim, records):
+def ratio(d):
+    """A mean log ratio d as the percentage change of the ratio, 100 (exp(d) - 1): never below -100."""
+    return 100 * math.expm1(d)
+
+
+def _read_slope(claim, records, failed):
     """A trend, in each cell: the advantage of treat over base (paired differences, > 0 when treat is
     better) or, without a base arm, treat's metric, against the field claim.slope (log10 with log_x)."""
     key = lambda r: tuple(r.get(k) for k in claim.pair_by)  # noqa: E731
@@ -290,7 +202,8 @@ def _read_slope(claim, records):
         if pts:
             c = slope_test([u for u, _ in pts], [w for _, w in pts])
             cells.append(_judged(claim, dict(c, cell=v, name="" if v is None else claim.label.format(v), x=[
-                u for u, _ in pts], y=[w for _, w in pts], verdict=cell_verdict(c, paper_better=not claim.falls)), v))
+                u for u, _ in pts], y=[w for _, w in pts], verdict=cell_verdict(c, paper_better=not claim.falls)), v,
+                failed=failed(claim, claim.treat, v)))
     per = f" per decade of {claim.slope}" if claim.log_x else f" per unit of {claim.slope}"
     what = "advantage" if claim.base is not None else claim.metric
     ours = [f"{_name(claim, c)}{what} {c['slope']:+.4g} ± {c['stderr']:.2g}{per}" for c in cells]
@@ -322,7 +235,8 @@ def _test(claim, c):
     power = "" if "n80" not in c else f", 80% power at {c['n80']} {'pairs' if c['test'] == 'paired' else 'a side'}" if c[
         "n80"] else ", 80% power beyond 1,000 runs"
     return (f"{'slope test' if slope else c['test']} {_name(claim, c)}{fmt_p(c['p'])}{welch}, {fmt_n(c)}{ci or ''}"
-            f"{', not BH' if c.get('bh') is False and c['clear'] else ''}{power}")
+            f"{', not BH' if c.get('bh') is False and c['clear'] else ''}{power}"
+            f"{'; the same test as ' + c['same_as'] if c.get('same_as') else ''}")
 
 
 def _entry(claim, cells, ours):
@@ -332,22 +246,37 @@ def _entry(claim, cells, ours):
     note = f"; {claim.note}" if claim.note else ""
     return {"claim": claim.claim, "paper": claim.paper, "ours": "; ".join(ours) + note,
             "test": "; ".join(_test(claim, c) for c in cells), "verdict": combined_verdict([c["verdict"] for c in cells]),
-            "against": "; ".join(f"{_name(claim, c) if len(cells) > 1 else ''}{c['word'] or 'too few runs'}"
+            "against": "; ".join(f"{_name(claim, c) if len(cells) > 1 else ''}" + (
+                f"check failed: {c['check_failed']}" if c.get("check_failed") else c["word"] or "too few runs")
                                  for c in cells), "cells": cells}
 
 
 def benjamini_hochberg(cells, q=ALPHA):
-    """bh = True on the cells (with a p) that survive Benjamini-Hochberg at q: ranks up to the last p_(k) <= k q / m."""
-    ps = sorted((c for c in cells if c.get("p") is not None), key=lambda c: c["p"])
+    """bh = True on the cells (with a p, their check not failed) that survive Benjamini-Hochberg at q over the
+    distinct tests (a signature once): ranks up to the last p_(k) <= k q / m; a repeated test takes its first's mark."""
+    first = {}
+    for c in cells:
+        if c.get("p") is not None and not c.get("check_failed"):
+            first.setdefault(signature(c), c)
+    ps = sorted(first.values(), key=lambda c: c["p"])
     k = max((i for i, c in enumerate(ps, 1) if c["p"] <= i * q / len(ps)), default=0)
     for i, c in enumerate(ps, 1):
         c["bh"] = i <= k
+    for c in cells:
+        if c.get("p") is not None and not c.get("check_failed"):
+            c["bh"] = first[signature(c)]["bh"]
 
 
-def read_all(claims, records, notes=None):
-    """Every claim's entry, in the table's order, its cells marked by Benjamini-Hochberg across them all;
-    notes: {claim text: what the report adds to `ours`} (a check the numbers rest on, e.g. runs stopped at a cap)."""
-    entries = [read(cl, records) for cl in claims]
+def read_all(claims, records, notes=None, failed=None):
+    """Every claim's entry, in the table's order, its cells marked by Benjamini-Hochberg across them all (a cell
+    repeating an earlier claim's test says so: same_as); notes: {claim text: what the report adds to `ours`} (a
+    caveat the numbers rest on); failed(claim, treat filter, cell value): the check a cell's treated arm failed."""
+    entries, seen = [read(cl, records, failed) for cl in claims], {}
+    for e in entries:
+        for c in e["cells"]:
+            if signature(c) in seen:
+                c["same_as"] = seen[signature(c)]
+            seen.setdefault(signature(c), f"\"{e['claim']}\"" + (f" {c['name']}" if c.get("name") else ""))
     benjamini_hochberg([c for e in entries for c in e["cells"]])
     for cl, e in zip(claims, entries):
         e["test"] = "; ".join(_test(cl, c) for c in e["cells"]) or e["test"]
@@ -384,17 +313,29 @@ def table(entries):
         for e in entries]) + (["", f"Against the paper, cell by cell: {word_counts(entries)}."] if words else [])
 
 
+def distinct(entries):
+    """The entries less those whose every cell repeats a test of an earlier entry (the same two arms: one test)."""
+    seen, out = set(), []
+    for e in entries:
+        sigs = {signature(c) for c in e.get("cells", [])}
+        if not sigs or not sigs <= seen:
+            out.append(e)
+        seen |= sigs
+    return out
+
+
 def counts(entries):
-    """'2 reproduce, 3 no clear difference, 1 opposite' (only the verdicts that occur)."""
-    n = {v: sum(1 for x in entries if x["verdict"] == v) for v in VERDICTS}
+    """'2 reproduce, 3 no clear difference, 1 opposite' (only the verdicts that occur; a repeated test once)."""
+    n = {v: sum(1 for x in distinct(entries) if x["verdict"] == v) for v in VERDICTS}
     return ", ".join(f"{n[v]} {'reproduce' if v == 'reproduces' else v}" for v in VERDICTS if n[v]) or "none recorded"
 
 
 def word_counts(entries):
-    """'3 reproduces, 2 disagrees, ...; 5 of 7 effects survive BH': the cells' words against the paper, and how
-    many cells with p < ALPHA survive Benjamini-Hochberg."""
-    cells = [c for e in entries for c in e.get("cells", [])]
+    """'3 reproduces, 2 disagrees, ...; 5 of 7 effects survive BH; 2 check failed': the distinct tests' words against
+    the paper, how many with p < ALPHA survive Benjamini-Hochberg, how many failed their report's check."""
+    cells = list({signature(c): c for e in entries for c in e.get("cells", [])[::-1]}.values())
     n = {w: sum(1 for c in cells if c.get("word") == w) for w in WORDS}
     effects = [c for c in cells if c.get("p") is not None and c["p"] < ALPHA and c.get("word")]
     return (", ".join(f"{n[w]} {w}" for w in WORDS if n[w]) or "none") + (
-        f"; {sum(1 for c in effects if c.get('bh'))} of {len(effects)} effects survive BH" if effects else "")
+        f"; {sum(1 for c in effects if c.get('bh'))} of {len(effects)} effects survive BH" if effects else "") + (
+        f"; {failed} check failed" if (failed := sum(1 for c in cells if c.get("check_failed"))) else "")

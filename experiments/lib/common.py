@@ -1,8 +1,6 @@
-"""
-What every experiment script shares: its flags and main(), a sweep of train.py runs (each in its own folder, skipped
-when finished, resumed when interrupted, --jobs at a time, each a fresh spawned process that logs to <folder>/log.txt:
-`python bench.py --jobs` says why two 1-thread runs beat one 2-thread run), reading their results back, the reports.
-"""
+"""What every experiment script shares: its flags and main(), a sweep of train.py runs (each in its own folder, skipped
+when finished, resumed when interrupted, --jobs at a time, each a spawned process logging to <folder>/log.txt; `python
+bench.py --jobs`: why two 1-thread runs beat one 2-thread run), reading their results back, the reports."""
 
 import argparse
 import contextlib
@@ -40,7 +38,7 @@ def sweep_parser(doc, default_out, flags=(), **preset):
     """An experiment script's parser: its docstring's first line, the flags every script has, --preset (preset: its
     options) and FLAGS, (flag, type, help[, default]): unset, the preset's value; no help: train.py's flag's."""
     from flags import ArgumentParser  # one-line errors, like train.py
-    p = ArgumentParser(description=doc.split("\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=doc.strip().split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a minutes-long smoke version of the experiment")
     p.add_argument("--out", type=lambda v: own_out(writable_folder(v), Path(default_out).name), default=None,
                    help=f"output folder (default {default_out}; {default_out}-quick with --quick)")
@@ -122,8 +120,7 @@ def _run_one(argv, folder, threads, quiet):
         except train.TrainingDiverged as e:
             atomic_write_bytes(folder / "diverged.json", json.dumps({"error": str(e), "argv": full}).encode())
             status = f"diverged: {e}"
-    # only needed to resume: a run that ended (done or diverged) drops it; an interrupted one
-    # (an exception above) keeps it, so the next sweep continues from its last checkpoint
+    # for a resume only: a run that ended (done or diverged) drops it, an interrupted one (raised above) keeps it
     (folder / "ckpt.pt").unlink(missing_ok=True)
     return status, time.time() - t0
 
@@ -194,8 +191,7 @@ def run_sweep(runs, jobs=1, threads=0):
             except KeyboardInterrupt:  # Ctrl-C (a terminal's reaches the workers too): no queued run starts;
                 print("\nCtrl-C: the runs in flight save a checkpoint; no queued run starts", file=sys.stderr)
                 raise                  # leaving the pool waits for the runs in flight
-    failed = [n for n, (s, _) in results.items() if s.startswith("failed")]
-    if failed:
+    if failed := [n for n, (s, _) in results.items() if s.startswith("failed")]:
         raise UserError(f"{len(failed)} run(s) failed with an error (not a divergence): {failed}; "
                         f"see their log.txt; the first: {results[failed[0]][0][-1500:]}")
     return results
@@ -225,8 +221,9 @@ def write_report(out, text, *, source, regime, figures, verdicts, provenance, **
 
 
 def save_figure(fig, path):
-    """Write a matplotlib figure atomically and close it."""
+    """Lay a matplotlib figure out, write it atomically and close it."""
     import matplotlib.pyplot as plt
+    fig.tight_layout()
     tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
     fig.savefig(tmp, dpi=100)
     os.replace(tmp, path)
@@ -238,7 +235,6 @@ def finish(fig, axes, path, **grid):
     for ax in axes:
         ax.grid(alpha=0.3, **grid)
         ax.legend(fontsize=7)
-    fig.tight_layout()
     save_figure(fig, path)
 
 

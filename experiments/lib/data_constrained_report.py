@@ -1,6 +1,5 @@
-"""The data-constrained report (experiments/data_constrained.py, phase 4): `collect` reads the run folders, `render`
-writes the report from those records alone (a rebuild from report.json is byte-identical), the claims
-(data_constrained_claims.py) read by the one rule of claims.py."""
+"""The data-constrained report (experiments/data_constrained.py, phase 4; claims: data_constrained_claims.py):
+`collect` reads the run folders, `render` writes it from the records alone (a rebuild from report.json is exact)."""
 
 import argparse
 import csv
@@ -12,7 +11,8 @@ import numpy as np
 
 import scaling
 from experiments.lib import data_constrained_claims as dcc
-from experiments.lib.claims import RULE, fmt_mean_std, md_section as md, mean_std, read_all, table
+from experiments.lib.claims import RULE, fmt_mean_std, md_section as md, read_all, table
+from experiments.lib.significance import mean_std
 from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import finish, group, pyplot, read_events, read_summary, settings_json, write_report
 from experiments.lib.data_constrained_tokens import per_token

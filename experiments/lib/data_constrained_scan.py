@@ -5,8 +5,7 @@ learn something at every budget and the larger ones overfit the smallest). choos
     (E, U0) qualifies when >= min_sizes sizes have margin >= `margin` (kept), the two largest kept overfit
     by >= `overfit_gap`, and MDLM at U0 has margin >= `mdlm_margin`; then the most sizes, the smallest U0,
     the fewest epochs. The grid is U0, 2 U0, ... <= max_budget; with a time limit (fits) a candidate keeps
-    the most sizes, then the most budgets (>= min_budgets), that fit and whose two largest still overfit.
-"""
+    the most sizes, then the most budgets (>= min_budgets), that fit and whose two largest still overfit."""
 
 import math
 
@@ -19,8 +18,7 @@ def overfit(r):
     return None if r.get("loss") is None or r.get("train_loss") is None else r["loss"] - r["train_loss"]
 
 
-def overfits(by, kept, rules):
-    """The two largest kept sizes both overfit by >= overfit_gap."""
+def overfits(by, kept, rules):  # the two largest kept sizes
     return len(kept) >= 2 and all((overfit(by[s]) or -math.inf) >= rules["overfit_gap"] for s in kept[-2:])
 
 
@@ -29,10 +27,10 @@ def candidate(ar, mdlm, sizes, rules, n_budgets=None, fits=None):
     qualifies; n_budgets: how many budgets U0, 2 U0, ... it may have; fits(kept, n): within the time limit."""
     by = {r["size"]: r for r in ar}
     kept = [s for s in sizes if s in by and (margin(by[s]) or -math.inf) >= rules["margin"]]
-    n, fitting = n_budgets, None
+    n, fitting, min_budgets = n_budgets, None, rules.get("min_budgets", 2)
     if fits is not None:  # the most sizes, then the most budgets, that fit and still overfit
         options = ((k, b) for k in range(len(kept), rules["min_sizes"] - 1, -1)
-                   for b in range(n_budgets, rules.get("min_budgets", 2) - 1, -1))
+                   for b in range(n_budgets, min_budgets - 1, -1))
         fitting = next(((k, b) for k, b in options if overfits(by, kept[:k], rules) and fits(kept[:k], b)), None)
         if fitting:
             kept, n = kept[:fitting[0]], fitting[1]
@@ -42,11 +40,10 @@ def candidate(ar, mdlm, sizes, rules, n_budgets=None, fits=None):
     if not overfits(by, kept, rules):
         why.append(f"the largest kept sizes overfit by {', '.join('?' if v is None else f'{v:.2f}' for v in over.values())}"
                    f" (< {rules['overfit_gap']:g})")
-    if n_budgets is not None and n_budgets < rules.get("min_budgets", 2):
-        why.append(f"{n_budgets} budget(s) U0, 2 U0, ... within max_budget (< {rules.get('min_budgets', 2)})")
+    if n_budgets is not None and n_budgets < min_budgets:
+        why.append(f"{n_budgets} budget(s) U0, 2 U0, ... within max_budget (< {min_budgets})")
     elif fits is not None and not why and fitting is None:
-        why.append(f"no grid of >= {rules['min_sizes']} sizes and >= {rules.get('min_budgets', 2)} budgets fits the "
-                   "time limit")
+        why.append(f"no grid of >= {rules['min_sizes']} sizes and >= {min_budgets} budgets fits the time limit")
     if mdlm is not None and (mm is None or mm < rules["mdlm_margin"]):
         why.append(f"MDLM {mm if mm is not None else math.nan:.2f} nats below the unigram level (< {rules['mdlm_margin']:g})")
     return dict(kept=kept, n_budgets=n, overfit=over, mdlm_margin=mm, ok=not why, why="; ".join(why),

@@ -1,6 +1,5 @@
-"""Where MIR's gain sits, token by token (the data-constrained report): per validation target, CE(wd) -
-CE(wd+mir) of two matched runs, from their val_tokens.npy (evaluate.py), bucketed by the
-target's count in the run's training subset. A decomposition of the loss difference, not a test of it."""
+"""Where MIR's gain sits, token by token (the data-constrained report): per validation target, CE(wd) - CE(wd+mir)
+of two matched runs (their val_tokens.npy), by the target's count in the training subset: a decomposition, no test."""
 
 import numpy as np
 
@@ -34,8 +33,7 @@ def per_token(runs, runs_dir, top_tokens=12):
     ok = [r for r in runs if r["status"] == "done"]
     base = {(r["size"], r["U"], r["seed"]): r for r in ok if r["method"] == "wd"}
     every = [(base[k], r) for r in ok if r["method"] == "wd+mir" and (k := (r["size"], r["U"], r["seed"])) in base]
-    pairs = [p for p in every if all((runs_dir / r["name"] / "val_tokens.npy").exists() for r in p)]
-    if not pairs:
+    if not (pairs := [p for p in every if all((runs_dir / r["name"] / "val_tokens.npy").exists() for r in p)]):
         return None
     labels = [f">= {lo:,}" if hi is None else f"{lo:,}-{hi - 1:,}" if hi - lo > 1 else f"{lo:,}"
               for lo, hi in zip(FREQ_EDGES, FREQ_EDGES[1:] + (None,))]

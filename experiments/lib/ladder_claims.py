@@ -11,6 +11,7 @@ A record: {"condition", "width", "seed", "ppl_first_epoch", "ppl_final", ...} (e
 
 from experiments.lib.claims import Claim
 
+SOURCE = {"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"}
 CONTROL = round(100 * (1 / 1.05 - 1), 1)  # the ladder against a control 5.0% behind it, % of the control's perplexity
 PPL = dict(cells="width", label="d{}", fmt="{:.1f}", percent=True, pair_by=("seed",), metric="ppl_final")
 
@@ -31,7 +32,7 @@ CLAIMS = [
     Claim("a compute-matched prose-only control stays behind the ladder", "the control 5.0% behind the ladder",
           arm("ladder"), arm("compute-matched"), paper_value=CONTROL, **PPL),
     Claim("the advantage persists at the plateau", "5.5% below random init at d = 64 (p = 0.017)",
-          arm("long-ladder"), arm("long-random"), paper_value=-5.5, **PPL, extra={"check": "plateau"}),
+          arm("long-ladder"), arm("long-random"), paper_value=-5.5, **PPL, extra={"fails": "plateau"}),
     Claim("more music data helps the wider models (3N = 36k vs N = 12k chunks)",
           "d16: 12k better by 3.1%; d32: 36k better by 3.3%; d64: 36k better by 6.1%",
           arm("volume-large"), arm("volume-small"), worse_in=(16,), **PPL,

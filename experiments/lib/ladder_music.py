@@ -19,8 +19,7 @@ def music_corpus(a, stage=None):
 def check_music_chunks(a, runs):
     """Before anything trains: every music stage of the plan holds 3N chunks (else one clear error)."""
     for stage in {r.meta["stage"] for r in runs.values() if r.meta["kind"] == "music"}:
-        n = len(music_corpus(a, stage).train) // (a.block_size + 1)
-        if n < 3 * a.music_chunks:
+        if (n := len(music_corpus(a, stage).train) // (a.block_size + 1)) < 3 * a.music_chunks:
             raise UserError(f"stage {stage!r} has {n:,} training chunks of {a.block_size + 1} tokens; --music-chunks "
                             f"{a.music_chunks} needs 3N = {3 * a.music_chunks:,}: lower it (at most {n // 3:,})")
 
@@ -48,5 +47,4 @@ def real_and_sampled(a, checkpoint, path, tokens=512):
     fig, axes = common.pyplot().subplots(1, 2, figsize=(13, 3.8), sharey=True)
     sample.write_piano_roll(real, None, f"real ({a.music_stage}, validation): {len(real)} notes", ax=axes[0])
     sample.write_piano_roll(fake, None, f"sampled from {Path(checkpoint).parent.name}: {len(fake)} notes", ax=axes[1])
-    fig.tight_layout()
     common.save_figure(fig, path)

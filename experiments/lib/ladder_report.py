@@ -10,10 +10,10 @@ from pathlib import Path
 from experiments.lib import common
 from experiments.lib.provenance import hardware, provenance_line
 from experiments.lib.claims import (check_lines, combined_verdict, fmt_mean_std, fmt_n, fmt_p, md_section, md_table,
-                                    mean_std, read_all, table, RULE)
-from experiments.lib.ladder_claims import CLAIMS, SIX
+                                    read_all, table, RULE)
+from experiments.lib.significance import mean_std
+from experiments.lib.ladder_claims import CLAIMS, SIX, SOURCE
 
-SOURCE = {"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"}
 FIGURES, MUSIC = ["width.png", "curves.png", "ablation.png"], ("music.png", "music-real.mid", "music-sampled.mid")
 OVERFIT_TOLERANCE = 0.05
 TITLES = {"proportions": ", with pre-training ~15% of the prose tokens seen"}
@@ -28,8 +28,11 @@ def reused(a, defaults):
     if not a.reuse:
         return {}
     old, now = common.reused_report(a.reuse), common.settings_json(a, common.INVOCATION_FLAGS + ("more_seeds",))
-    if diff := sorted(k for k, v in json.loads(json.dumps(now)).items() if old["settings"].get(k, defaults.get(k)) != v):
-        raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({', '.join(diff)})")
+    now, was = json.loads(json.dumps(now)), lambda k: old["settings"].get(k, defaults.get(k))  # noqa: E731
+    if diff := sorted(k for k, v in now.items() if was(k) != v):
+        fix = f"add --preset {was('preset')}" if was("preset") != now.get("preset") else "give the same flags"
+        raise common.UserError(f"--reuse {a.reuse}: its report was made with other settings ({len(diff)}: " + ", ".join(
+            f"{k} {was(k)!r:.40} there, {now[k]!r:.40} here" for k in diff[:4]) + f"{', ...' * (len(diff) > 4)}); {fix}")
     if a.preset == "scarcity":
         return {(r["condition"], r["width"], r["seed"], r["unique_asked"]): r for r in old["runs"]}
     det = json.loads((Path(a.reuse) / "details.json").read_text())["runs"]
@@ -50,7 +53,8 @@ def widths_of(records, c):
 
 
 def checks(records, unigram, facts=None):
-    """report.json's `checks` ({check, holds, detail}) and {a claim's extra "check": the note after its numbers}."""
+    """report.json's `checks` ({check, holds, detail}) and {a claim's extra "check": the note after its numbers, or
+    its extra "fails": the check its cells failed}."""
     means = {w: mean_std(values(records, "random", w, "ppl_first_epoch"))[0] for w in widths_of(records, "random")}
     above = [f"d{w} {m:.1f}" for w, m in means.items() if unigram is not None and m > unigram]
     fit = [r["ppl_final"] / r["ppl_best"] - 1 for r in records if r["condition"] == "compute-matched"
@@ -169,7 +173,8 @@ def render(a, data, details, out, provenance):
     """report.md (returned), report.json, the PNGs and (with details) details.json from the records alone."""
     records = data["runs"]
     check_list, notes = checks(records, data["prose_unigram_ppl"], data["facts"])
-    entries = read_all(CLAIMS, records, notes={c.claim: notes.get(c.extra.get("check")) for c in CLAIMS})
+    entries = read_all(CLAIMS, records, notes={c.claim: notes.get(c.extra.get("check")) for c in CLAIMS},
+                       failed=lambda claim, treat, cell: notes.get(claim.extra.get("fails")) or "")
     front = front_table(entries, a.preset) if getattr(a, "preset", "subset") != "subset" else None  # (older: none)
     figures = FIGURES + [MUSIC[0]] * (out / MUSIC[0]).exists()
     if details is not None:

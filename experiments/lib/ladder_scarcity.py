@@ -1,14 +1,15 @@
-"""The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity): at each number of
-unique prose tokens U (--scan-tokens), a (width, seed) has three prose runs on the same batches: the ladder (one
-music -> poetry pair serves every U), prose alone at the same budget (random) and for the whole ladder's steps
-(compute-matched: U repeated). Each is read at its end and at its best evaluation (every --eval-every steps: what a
-stopping rule keeping the best checkpoint gives at most). The crossover: the largest U at which the ladder ends
-clearly below the control at its best."""
+"""The ladder against repeating prose where prose is scarce (experiments/ladder.py --preset scarcity): at each number U
+of unique prose tokens (--scan-tokens), three prose runs a (width, seed) on the same batches: the ladder (one music ->
+poetry pair serves every U), prose alone for as many steps (random) and for the whole ladder's (compute-matched: U
+repeated), each read at its end and at its best evaluation (every --eval-every steps: the most a stopping rule keeping
+the best checkpoint gives). The crossover: the largest U where the ladder ends clearly below the control at its best."""
 
 import math
 
 from experiments.lib import common
-from experiments.lib.claims import RULE, mean_std, read_all, table
+from experiments.lib.claims import RULE, read_all, table
+from experiments.lib.significance import mean_std
+from experiments.lib.ladder_claims import SOURCE
 from experiments.lib.ladder_scarcity_claims import CLAIMS, CROSSOVER
 from experiments.lib.provenance import provenance_line
 
@@ -68,12 +69,11 @@ def render(a, recs, missing, out, provenance):
                       f"{said}.", "", regime, "", *(f"Missing: {m}" for m in missing[:20]),
                       "`curves.png`: prose validation perplexity against the step, each arm's mean over seeds.", ""])
     plot(recs, out / "curves.png")
-    return common.write_report(out, text, source={"arxiv": "2604.21265", "title": "Listen and Chant Before You Read"},
+    return common.write_report(out, text, source=SOURCE,
                                regime=regime, figures=["curves.png"], verdicts=entries, provenance=provenance,
                                front_table={"title": "The ladder against prose repeated for as many steps, by unique "
                                             f"prose tokens U (the crossover: {said})", "lines": table(entries)},
-                               crossover=crossover, runs=recs,
-                               missing=missing, settings=common.settings_json(a))
+                               crossover=crossover, runs=recs, missing=missing, settings=common.settings_json(a))
 
 
 def plot(recs, path):

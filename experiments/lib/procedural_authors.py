@@ -20,11 +20,9 @@ TASK_OPT = dict(lr=1e-3, warmup=500, weight_decay=0.001)
 # kind -> their yaml: steps, rows per step, lr, weight decay; eca110, no kind of theirs, takes the others'
 YAML = {k: dict(steps=2501, rows=64, lr=5e-4, weight_decay=0.1)
         for k in ("identity", "reverse", "sort", "set", "union", "delete", "stack", "eca110")}
-# Pre-training the d = 16 diagnostic model, every kind: Dyck as their procedural_pretraining/dyck.py:471-520 (k = 16,
-# 128-token rows, batch 64, lr 5e-5, decay 0.01, up to 1,000,000 steps), the sequence kinds as their algorithmic.py
-# CLI (:436-474: batch 64, lr 5e-5, decay 0.01, up to 20,000 steps, patience 50 checks of 10 steps on accuracy); ours
-# until one stopping rule: `patience` evaluations of `every` steps on `val_rows` rows without beating the best val
-# loss by `delta`, or `cap` steps
+# Pre-training (`ruled`): until `patience` evaluations of `every` steps on `val_rows` rows without beating the best val
+# loss by `delta`, or `cap` steps; theirs (DIFFERENCES): Dyck as procedural_pretraining/dyck.py:471-520 (k = 16,
+# 128-token rows), the sequence kinds as algorithmic.py's CLI (:436-474), batch 64, lr 5e-5, decay 0.01
 DYCK = dict(rows=64, lr=5e-5, weight_decay=0.01, every=250, patience=8, delta=0.001, cap=20_000, pool=500_000,
             val_rows=1280)
 SMALL_LR = 3e-3          # ours for the d = 16 models (DIFFERENCES)
@@ -87,8 +85,7 @@ def pretrain_plan(a, row, task="haystack"):
 
 
 def data_options(a, row, task):
-    """The generator's options of a row's pre-training data for a task's model (else data.procedural.DEFAULTS):
-    Dyck rows of --dyck-length; the sequence kinds at SMALL_SEQ on the d = 16 model."""
+    """The generator's options of a row's pre-training data for a task's model (none: data.procedural.DEFAULTS)."""
     from data.procedural import KINDS
     small = KINDS.get(base_kind(row)) == "seq" and TASKS[task]["n_embd"] <= 16
     return {"length": a.dyck_length} if base_kind(row).startswith("dyck") else dict(SMALL_SEQ) if small else {}
@@ -118,8 +115,7 @@ def pre_ckpt(a, row, task, seed):
     return stage_file(a.out / "runs" / pre_name(row, task, seed), 0, f"procedural:{row}")
 
 
-def rows(a):
-    """The table's rows: none, each kind, each control."""
+def rows(a):  # the table's: none, each kind, each control
     return ["none"] + a.kinds + [k + SHUFFLED for k in a.controls]
 
 
@@ -131,10 +127,9 @@ def pretrain_argv(a, row, task, seed):
     pool = min(steps * n_rows, DYCK["pool"]) if rule else steps * n_rows
     vocab = data_options(a, row, task).get("V")  # the sequence kinds' V on the d = 16 model
     return ["--stages", f"procedural:{row}", *model_flags(task), "--block-size", block, "--batch-size", n_rows,
-            *(["--procedural-vocab", vocab] if vocab else []),
-            "--iters", steps, "--lr", lr, "--schedule", "constant", "--warmup-iters", 0, "--dropout", 0,
-            "--weight-decay", y["weight_decay"], "--beta2", 0.999, "--procedural-sequences", pool,
-            "--data-seed", a.data_seed, "--seed", seed, "--eval-interval", every, *stop,
+            *(["--procedural-vocab", vocab] if vocab else []), "--iters", steps, "--lr", lr, "--schedule", "constant",
+            "--warmup-iters", 0, "--dropout", 0, "--weight-decay", y["weight_decay"], "--beta2", 0.999,
+            "--procedural-sequences", pool, "--data-seed", a.data_seed, "--seed", seed, "--eval-interval", every, *stop,
             "--eval-iters", max(1, DYCK["val_rows"] // n_rows) if rule else 4, "--eval-splits", "val",
             "--log-interval", max(1, min(every, steps // 20))]
 
@@ -172,8 +167,7 @@ def merge_label(m):
 
 
 def merge_kinds(row):
-    """merge_label's inverse: 'attn-dyck+mlp-set' -> ('dyck', 'set'); None for a row not starting 'attn-' (a
-    malformed merge, 'attn-dyck', gives ('dyck',), which experiments/procedural.py's check refuses)."""
+    """merge_label's inverse, 'attn-dyck+mlp-set' -> ('dyck', 'set') ('attn-dyck': ('dyck',)); None for another row."""
     return tuple(row[len("attn-"):].split("+mlp-")) if row.startswith("attn-") else None
 
 
@@ -182,8 +176,7 @@ def merge_ckpt(a, m, task, seed):
 
 
 def parse_cells(spec):
-    """The runs of a sweep (--cells), one (task, row, transfer) a cell: 'haystack:none,haystack:dyck:attn,
-    sorting:attn-dyck+mlp-set' (transfer: full by default, none for the baseline; a merge: attn-KIND+mlp-KIND)."""
+    """--cells, 'haystack:none,sorting:dyck:attn,...', as (task, row, transfer): full by default, none for 'none'."""
     from data.common import UserError
     out = []
     for c in [c.strip() for c in spec.split(",") if c.strip()]:

@@ -12,7 +12,8 @@ LNS is their `lns` (`lns-init` here: norm weights from 1/sqrt(l), modeling_llama
 
 from dataclasses import replace
 
-from experiments.lib.claims import Claim, compare
+from experiments.lib.claims import Claim
+from experiments.lib.significance import compare
 
 OTHERS = ("sandwich", "deepnorm", "lns", "lns-init")
 OPEN_STREAM = ("pre", "sandwich", "lns", "lns-init")  # no norm on the residual stream: its RMS can grow

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from experiments.lib import prores_claims
-from experiments.lib.claims import (MIN_N, RULE, compare, fmt_mean_std, fmt_p, md_section, md_table, paired, read_all,
-                                    table)
+from experiments.lib.claims import RULE, fmt_mean_std, fmt_p, md_section, md_table, read_all, table
+from experiments.lib.significance import MIN_N, compare, paired
 from experiments.lib.provenance import kept_provenance, provenance_line
 from experiments.lib.common import (UserError, group, pyplot, read_events, read_summary, save_figure, settings_json,
                                     write_report)
@@ -184,8 +184,7 @@ def front_table(recs, margin):
 
 
 def stuck_notes(recs, warmup):
-    """What a depth claim adds where baseline runs failed (diverged, or ended near the unigram loss): they
-    never trained, which is not the paper's breakdown at the end of training."""
+    """A depth claim's note where baseline runs failed: they never trained, not the paper's breakdown at the end."""
     notes = {}
     for norm in sorted({r["norm"] for r in recs}):
         base = [r for r in recs if r["norm"] == norm and not r["prores"]]
@@ -287,7 +286,6 @@ def panels(n_rows, n_cols, name, out, draw, ylabels, logy=()):
         ax.set(ylabel=ylabels[i], yscale="log" if i in logy else "linear")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
     save_figure(fig, out / name)
     return name
 
@@ -320,8 +318,7 @@ def plot(a, srecs, recs, depths):
 
         def acts(ax, i, j):
             for n, pr in conds:
-                rs = [stream_rms(r) for r in pick(n, pr, depths[j]) if r.get("act_rms")]
-                if rs:
+                if rs := [stream_rms(r) for r in pick(n, pr, depths[j]) if r.get("act_rms")]:
                     ax.plot(np.mean(rs, axis=0), marker=".", ms=3, **style(n, pr))
             ax.set(title=f"{depths[j]} layers", xlabel="layer (0 = embeddings)")
         drawn.append(panels(1, len(depths), "activation_norms.png", a.out, acts, ["residual-stream RMS"], (0,)))

@@ -11,7 +11,6 @@ def arm_flags(a):
 
 
 def warmup_iters(a, iters):
-    """The lr warm-up of a run of ITERS steps: warmup_frac of it, at least one step."""
     return max(1, round(a.warmup_frac * iters))
 
 
@@ -58,5 +57,4 @@ def scan_runs(a):
 def measure_runs(a, lr, depths):
     """The measurement: seed-major (a partial sweep covers every cell early), deepest first within a seed."""
     return [make_run(a, "measure", norm, pr, d, lr, seed, a.iters)
-            for seed in range(a.seeds) for d in sorted(depths, reverse=True) for norm in a.norms
-            for pr in arm_flags(a)]
+            for seed in range(a.seeds) for d in sorted(depths, reverse=True) for norm in a.norms for pr in arm_flags(a)]

@@ -125,9 +125,8 @@ def summarize_provenance(entries):
     if not entries:
         return None
     last, cpu = entries[-1], [e.get("cpu_seconds") for e in entries]
-    return {"commit": last["commit"], "dirty": last["dirty"], "command": last["command"],
-            "hardware": last["hardware"], "wall_seconds": sum(e["wall_seconds"] for e in entries),
-            "cpu_seconds": None if None in cpu else sum(cpu),
+    return {"commit": last["commit"], "dirty": last["dirty"], "command": last["command"], "hardware": last["hardware"],
+            "wall_seconds": sum(e["wall_seconds"] for e in entries), "cpu_seconds": None if None in cpu else sum(cpu),
             "runs_trained": sum(e["runs_trained"] for e in entries), "invocations": entries}
 
 
