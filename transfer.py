@@ -137,11 +137,10 @@ def transfer_checked(src_state, dst_model, groups, shared_rows, source):
     fit are a UserError of one short line (what differs, misfit_line, and the flag that fixes it), with every
     tensor that does not fit in its details (which --verbose prints)."""
     from data.common import UserError
-    table = "\n".join(tensor_table(src_state, dst_model.state_dict()))
-    diffs = misfit(src_state, dst_model.state_dict(), groups, shared_rows)
-    if diffs:
+    own = dst_model.state_dict()
+    if diffs := misfit(src_state, own, groups, shared_rows):
         raise UserError(f"{source} does not fit this run's model: {misfit_line(diffs)}; {misfit_fix(diffs)} "
-                        "(--verbose lists the tensors)", details=table)
+                        "(--verbose lists the tensors)", details="\n".join(tensor_table(src_state, own)))
     try:
         return transfer(src_state, dst_model, groups, shared_rows=shared_rows)
     except TransferError as e:  # another architecture: biases, norms, an untied head

@@ -333,7 +333,10 @@ def counts(entries):
 def word_counts(entries):
     """'3 reproduces, 2 disagrees, ...; 5 of 7 effects survive BH; 2 check failed': the distinct tests' words against
     the paper, how many with p < ALPHA survive Benjamini-Hochberg, how many failed their report's check."""
-    cells = list({signature(c): c for e in entries for c in e.get("cells", [])[::-1]}.values())
+    first = {}  # each distinct test once (its first cell)
+    for c in (c for e in entries for c in e.get("cells", [])):
+        first.setdefault(signature(c), c)
+    cells = list(first.values())
     n = {w: sum(1 for c in cells if c.get("word") == w) for w in WORDS}
     effects = [c for c in cells if c.get("p") is not None and c["p"] < ALPHA and c.get("word")]
     return (", ".join(f"{n[w]} {w}" for w in WORDS if n[w]) or "none") + (
